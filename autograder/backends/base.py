@@ -1,0 +1,155 @@
+"""The small interface every backend implements: compile, allocate, launch, time.
+
+Nothing above a backend knows which one it has. The launch rules of the contract (pass after pass until one
+value remains, poisoned and guarded output buffers) live in `autograder.launch`, on top of this interface.
+
+All buffers hold float32. Kernel arguments are Buffers and Python ints (passed as `unsigned int`).
+
+A buffer has `count` values the kernel may use, followed by `guard` values it must not touch. The grader fills
+the guard tail and checks it; a backend that sees every access (the CPU backend) reports any access to it as
+out of bounds. Offsets and counts of `write`, `fill` and `download` address the whole `count + guard` range.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autograder.records import DeviceInfo, Finding, KernelSource
+from autograder.stages import Stage
+
+
+@dataclass
+class Buffer:
+    """A device buffer of `count` float32 values and a `guard` tail. `handle` is the backend's own object."""
+
+    count: int
+    guard: int
+    handle: Any
+
+    @property
+    def physical_count(self) -> int:
+        return self.count + self.guard
+
+
+@dataclass
+class Kernel:
+    """A compiled kernel ready to launch. `handle` is the backend's own object."""
+
+    stage: Stage
+    source: KernelSource
+    handle: Any
+    warnings: tuple = field(default=())  # CompilerMessage records of a successful compile
+
+
+@dataclass(frozen=True)
+class LineMetric:
+    """A teaching approximation measured per source line by the CPU backend."""
+
+    line: int | None  # the notebook cell's line
+    text: str  # the source line itself
+    shared_requests: int  # warp-wide shared-memory requests issued from this line
+    shared_transactions: int  # transactions they needed: 1 per request without bank conflicts
+
+
+@dataclass(frozen=True)
+class KernelMetrics:
+    """What the CPU backend measured of one kernel's launches."""
+
+    lines: tuple[LineMetric, ...]
+    divergence: float  # share of warp-steps in which the lanes of a warp took different paths
+
+    @property
+    def transactions_per_request(self) -> float:
+        requests = sum(m.shared_requests for m in self.lines)
+        return sum(m.shared_transactions for m in self.lines) / requests if requests else 0.0
+
+
+class Backend(ABC):
+    """One way of running CUDA C kernels."""
+
+    name: str  # "gpu" or "cpu"
+    measures_performance: bool  # only a real GPU's timings count for points
+
+    @abstractmethod
+    def device(self) -> DeviceInfo:
+        """What this backend runs on, with the versions that matter for reproducing a result."""
+
+    @abstractmethod
+    def compile(self, source: KernelSource, stage: Stage) -> Kernel:
+        """Compile `source` and find the stage's kernel in it.
+
+        Raises CompileError with the compiler's messages as data, never printed. Messages name the notebook
+        cell's lines (through `source.cell_line`).
+        """
+
+    @abstractmethod
+    def alloc(self, count: int, guard: int = 0) -> Buffer:
+        """An uninitialised buffer of `count` float32 values followed by a `guard` tail."""
+
+    @abstractmethod
+    def write(self, buffer: Buffer, host: np.ndarray, offset: int = 0) -> None:
+        """Copy the float32 array `host` (flattened) into `buffer`, starting at value `offset`."""
+
+    @abstractmethod
+    def download(self, buffer: Buffer, count: int | None = None) -> np.ndarray:
+        """The first `count` values of `buffer` (all `count + guard` when None) as a float32 array."""
+
+    @abstractmethod
+    def fill(self, buffer: Buffer, value: float, start: int = 0, count: int | None = None) -> None:
+        """Set `count` values of `buffer` from `start` (to the end when None) to `value`."""
+
+    @abstractmethod
+    def free(self, buffer: Buffer) -> None:
+        """Release `buffer`."""
+
+    @abstractmethod
+    def launch(
+        self,
+        kernel: Kernel,
+        grid: tuple[int, int],
+        block: tuple[int, int],
+        shared_bytes: int,
+        args: tuple[Buffer | int, ...],
+    ) -> None:
+        """Launch `kernel`. It may run asynchronously: `synchronize` waits for it.
+
+        Raises KernelFault when the launch fails (a deadlock on the CPU, a bad configuration on the GPU).
+        """
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait for every launch so far. Raises KernelFault if one failed (an illegal address, say)."""
+
+    def upload(self, host: np.ndarray) -> Buffer:
+        """A new buffer holding a copy of the float32 array `host`."""
+        buffer = self.alloc(host.size)
+        self.write(buffer, host)
+        return buffer
+
+    def flush_l2(self) -> None:
+        """Evict the device's L2 cache before a timed call. Nothing to do where there is no L2 to flush."""
+        return None
+
+    @abstractmethod
+    def elapsed_ms(self, work: Callable[[], None]) -> float:
+        """Run `work` between a pair of timing events, wait for it, and return the milliseconds between them."""
+
+    def findings(self) -> tuple[Finding, ...]:
+        """Defects seen by the launches since the last call, deduplicated; the list is then cleared.
+
+        Lines are notebook cell lines. A backend that cannot see races or bounds returns nothing.
+        """
+        return ()
+
+    def metrics(self, kernel: Kernel) -> KernelMetrics | None:
+        """Bank-conflict and divergence metrics of `kernel`'s launches so far, where the backend measures them."""
+        return None
+
+    def close(self) -> None:
+        """Release the device. The backend is not used again."""
+        return None

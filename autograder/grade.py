@@ -1,0 +1,336 @@
+"""Grading one notebook, or a few stages' sources: read, compile, verify, time, score.
+
+Every kernel runs in a Worker process (autograder.isolation) with time limits; this module only decides.
+The same functions serve `autograder grade`, `autograder check`, the notebook self-check and nbgrader's test
+cells, so all of them give the same verdicts and points.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from autograder import calibration as calibrations
+from autograder.errors import CompileError, GraderError, KernelFault, KernelTimeout, NotebookError
+from autograder.isolation import Worker
+from autograder.notebook import stage_cells
+from autograder.records import (
+    CaseResult,
+    DeviceInfo,
+    Finding,
+    KernelSource,
+    Performance,
+    PerfVerdict,
+    StageResult,
+    Status,
+    StudentResult,
+)
+from autograder.references import reference_source
+from autograder.rubric import Rubric, load_rubric, score
+from autograder.stages import STAGE_IDS, Stage, get_stage
+from autograder.timing import TimedKernel, WrongTimedResult, time_interleaved
+from autograder.verify import compile_only, correctness_cases, hint, judge, run_case
+
+COMPILE_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    """How to grade. The defaults are what `autograder grade` does."""
+
+    backend: str = "auto"  # "auto", "gpu" or "cpu"
+    rubric: Rubric = field(default_factory=load_rubric)
+    seed: int | None = None  # None draws a fresh secret seed
+    quick: bool = False  # drop the largest correctness cases (a quick self-check)
+    measure_speed: bool = True  # time correct stages where the backend measures performance
+    case_seconds: float = 30.0  # time limit of one correctness case, plus per_element_seconds * elements
+    per_element_seconds: float = 5e-6
+    calibration_dirs: tuple[Path, ...] = ()
+    backend_options: Mapping[str, object] = field(default_factory=dict)
+
+    def with_seed(self) -> GradeOptions:
+        return self if self.seed is not None else replace(self, seed=secrets.randbits(63))
+
+
+Progress = Callable[[str], None]
+
+
+def grade_notebook(
+    path: Path, student: str, options: GradeOptions, worker: Worker | None = None, progress: Progress | None = None
+) -> StudentResult:
+    """Grade every stage of the notebook at `path`."""
+    options = options.with_seed()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        cells = stage_cells(path)
+    except NotebookError as error:
+        stages = tuple(_unreadable(stage_id, str(error), options.rubric) for stage_id in STAGE_IDS)
+        device = worker.device if worker else DeviceInfo(backend=options.backend, name="not started")
+        return _student(student, path, options, started, device, stages, problems=(str(error),))
+    sources = {stage_id: cell.source for stage_id, cell in cells.items()}
+    problems = {stage_id: cell.problem for stage_id, cell in cells.items() if cell.problem and cell.attempted}
+    with _worker_for(options, worker) as active:
+        stages = grade_stages(sources, options=options, worker=active, problems=problems, progress=progress)
+        device = active.device
+    notebook_problems = tuple(f"{stage_id}: {problem}" for stage_id, problem in problems.items())
+    return _student(student, path, options, started, device, stages, problems=notebook_problems)
+
+
+def grade_stages(
+    sources: Mapping[str, KernelSource | None],
+    only: Sequence[str] | None = None,
+    options: GradeOptions | None = None,
+    worker: Worker | None = None,
+    problems: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+) -> tuple[StageResult, ...]:
+    """Grade the stages in `only` (all, when None), in catalogue order.
+
+    A stage's speedup is measured over the student's own previous stage when that one is correct (its source
+    in `sources`), else over the reference previous stage.
+    """
+    options = (options or GradeOptions()).with_seed()
+    wanted = [stage_id for stage_id in STAGE_IDS if only is None or stage_id in only]
+    results: dict[str, StageResult] = {}
+    with _worker_for(options, worker) as active:
+        grader = _StageGrader(options, active)
+        for stage_id in wanted:
+            if progress:
+                progress(stage_id)
+            results[stage_id] = grader.grade(
+                get_stage(stage_id), sources.get(stage_id), (problems or {}).get(stage_id), sources, results
+            )
+    return tuple(results[stage_id] for stage_id in wanted)
+
+
+class _worker_for:
+    """The given worker, or a new one closed on exit."""
+
+    def __init__(self, options: GradeOptions, worker: Worker | None) -> None:
+        self.worker = worker
+        self.owned = worker is None
+        self.options = options
+
+    def __enter__(self) -> Worker:
+        if self.worker is None:
+            self.worker = Worker(self.options.backend, dict(self.options.backend_options))
+        return self.worker
+
+    def __exit__(self, *_: object) -> None:
+        if self.owned and self.worker is not None:
+            self.worker.close()
+
+
+class _StageGrader:
+    def __init__(self, options: GradeOptions, worker: Worker) -> None:
+        self.options = options
+        self.rubric = options.rubric
+        self.worker = worker
+        self._calibration: calibrations.Calibration | None = None
+
+    def grade(
+        self,
+        stage: Stage,
+        source: KernelSource | None,
+        problem: str | None,
+        sources: Mapping[str, KernelSource | None],
+        earlier: Mapping[str, StageResult],
+    ) -> StageResult:
+        if problem:
+            return self._finish(stage, StageResult(stage.id, Status.INVALID_CELL, problem))
+        if source is None:
+            message = "not attempted: the kernel cell is missing, empty, or still the released stub"
+            return self._finish(stage, StageResult(stage.id, Status.NOT_ATTEMPTED, message))
+        try:
+            warnings = self.worker.call(compile_only, stage.id, source, timeout=COMPILE_SECONDS)
+        except CompileError as error:
+            return self._finish(stage, _compile_failure(stage, error))
+        except (KernelTimeout, KernelFault) as error:
+            return self._finish(stage, StageResult(stage.id, Status.CRASHED, f"the compiler failed: {error}"))
+        result = self._verify(stage, source, tuple(warnings))
+        if result.status is Status.CORRECT:
+            result = self._time(stage, source, result, sources, earlier)
+        return self._finish(stage, result)
+
+    def _verify(self, stage: Stage, source: KernelSource, warnings: tuple) -> StageResult:
+        block_size = self.rubric.block_size
+        cases: list[CaseResult] = []
+        findings: dict[tuple, Finding] = {}
+        status = Status.CORRECT
+        for case in correctness_cases(stage, self.options.seed, quick=self.options.quick):
+            limit = self.options.case_seconds + self.options.per_element_seconds * case.count
+            try:
+                value, seen = self.worker.call(run_case, stage.id, source, case, block_size, timeout=limit)
+            except KernelTimeout as error:
+                cases.append(judge(stage, case, None, block_size, error=str(error)))
+                status = Status.TIMEOUT
+                break
+            except KernelFault as error:
+                cases.append(judge(stage, case, None, block_size, error=str(error)))
+                findings.update({(f.kind, f.line): f for f in error.findings})
+                status = Status.CRASHED
+                break
+            cases.append(judge(stage, case, value, block_size))
+            findings.update({(f.kind, f.line): f for f in seen})
+        if status is Status.CORRECT and not all(case.passed for case in cases):
+            status = Status.INCORRECT
+        case_tuple = tuple(cases)
+        return StageResult(
+            stage=stage.id,
+            status=status,
+            message=_verification_message(status, case_tuple),
+            hint=hint(stage, case_tuple, block_size) if status is not Status.CORRECT else None,
+            compiler=warnings,
+            cases=case_tuple,
+            findings=tuple(findings.values()),
+        )
+
+    def _time(
+        self,
+        stage: Stage,
+        source: KernelSource,
+        result: StageResult,
+        sources: Mapping[str, KernelSource | None],
+        earlier: Mapping[str, StageResult],
+    ) -> StageResult:
+        device = self.worker.device
+        if device.backend != "gpu":
+            reason = "not measured on the CPU backend: speed is graded on a GPU"
+            return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, reason))
+        if not self.options.measure_speed:
+            return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, "speed not measured (--no-speed)"))
+        kernels = [TimedKernel("yours", stage.id, source)]
+        baseline = None
+        if stage.previous:
+            own = sources.get(stage.previous)
+            own_result = earlier.get(stage.previous)
+            if own is not None and own_result is not None and own_result.status is Status.CORRECT:
+                baseline = f"your {stage.previous}"
+                kernels.append(TimedKernel(baseline, stage.previous, own))
+            else:
+                baseline = f"reference {stage.previous}"
+                kernels.append(TimedKernel(baseline, stage.previous, reference_source(stage.previous)))
+        kernels.append(TimedKernel(f"reference {stage.id}", stage.id, reference_source(stage.id)))
+        timing = self.rubric.timing
+        limit = timing.budget_seconds * 2 + 120
+        try:
+            timings = self.worker.call(time_interleaved, tuple(kernels), timing, self.options.seed, timeout=limit)
+        except WrongTimedResult as error:
+            return replace(
+                result, status=Status.INCORRECT, message=str(error), hint="results must not depend on the call"
+            )
+        except KernelTimeout as error:
+            return replace(result, status=Status.TIMEOUT, message=f"timing stopped: {error}")
+        except KernelFault as error:
+            return replace(result, status=Status.CRASHED, message=f"crashed while timed: {error}")
+        return replace(result, performance=self._judge_speed(stage, timings, baseline))
+
+    def _judge_speed(self, stage: Stage, timings: tuple, baseline: str | None) -> Performance:
+        yours, reference = timings[0], timings[-1]
+        speedup = timings[1].median_ms / yours.median_ms if baseline else None
+        required = self.rubric.required_speedup(self.calibration().step(stage.id)) if baseline else None
+        versus = yours.median_ms / reference.median_ms
+        allowed = self.rubric.max_time_vs_reference
+        fast = versus <= allowed and (required is None or (speedup is not None and speedup >= required))
+        parts = []
+        if speedup is not None and required is not None:
+            parts.append(f"{speedup:.2f}x over {baseline} (needs {required:.2f}x)")
+        parts.append(f"{versus:.2f}x the reference's time (at most {allowed:.2f}x)")
+        return Performance(
+            verdict=PerfVerdict.FAST_ENOUGH if fast else PerfVerdict.TOO_SLOW,
+            reason="; ".join(parts),
+            timings=timings,
+            speedup=speedup,
+            baseline=baseline,
+            required_speedup=required,
+            time_vs_reference=versus,
+            allowed_time_vs_reference=allowed,
+        )
+
+    def calibration(self) -> calibrations.Calibration:
+        """This GPU's calibration; measured now (and kept in the user's cache) when none matches."""
+        if self._calibration is None:
+            gpu = self.worker.device.name
+            settings = self.rubric.timing
+            found = calibrations.load_calibration(gpu, settings, self.options.calibration_dirs)
+            if found is None:
+                found = self.worker.call(calibrations.measure, settings, self.options.seed, timeout=1800)
+                calibrations.write_calibration(found, calibrations.calibration_path(gpu, calibrations.USER_DIR))
+            self._calibration = found
+        return self._calibration
+
+    def _finish(self, stage: Stage, result: StageResult) -> StageResult:
+        measured = self.worker.device.backend == "gpu" and self.options.measure_speed
+        points = score(
+            self.rubric,
+            stage.id,
+            result.status,
+            sum(case.passed for case in result.cases),
+            len(result.cases),
+            result.findings,
+            result.performance,
+            performance_measured=measured,
+        )
+        return replace(result, points=points)
+
+
+def _compile_failure(stage: Stage, error: CompileError) -> StageResult:
+    errors = [m for m in error.messages if m.severity == "error"]
+    first = errors[0] if errors else None
+    where = f" at line {first.line}" if first and first.line else ""
+    detail = f": {first.text}" if first else f": {error}"
+    return StageResult(
+        stage=stage.id,
+        status=Status.COMPILE_ERROR,
+        message=f"does not compile{where}{detail}",
+        hint="fix the first error first; later errors often follow from it",
+        compiler=error.messages,
+    )
+
+
+def _verification_message(status: Status, cases: tuple[CaseResult, ...]) -> str:
+    passed = sum(case.passed for case in cases)
+    if status is Status.CORRECT:
+        return f"correct: all {len(cases)} cases right"
+    if status in (Status.TIMEOUT, Status.CRASHED):
+        last = cases[-1]
+        return f"{status.value.replace('_', ' ')} on {last.label}: {last.error}"
+    wrong = [case for case in cases if not case.passed]
+    first = wrong[0]
+    return (
+        f"wrong on {len(wrong)} of {len(cases)} cases ({passed} right); "
+        f"first: {first.label} gave {first.got}, expected {first.expected}"
+    )
+
+
+def _unreadable(stage_id: str, problem: str, rubric: Rubric) -> StageResult:
+    result = StageResult(stage_id, Status.INVALID_CELL, problem)
+    points = score(rubric, stage_id, result.status, 0, 0, (), result.performance, performance_measured=False)
+    return replace(result, points=points)
+
+
+def _student(
+    student: str,
+    path: Path,
+    options: GradeOptions,
+    started: str,
+    device: DeviceInfo,
+    stages: tuple[StageResult, ...],
+    problems: tuple[str, ...],
+) -> StudentResult:
+    return StudentResult(
+        student=student,
+        notebook=str(path),
+        seed=options.seed,
+        started=started,
+        device=device,
+        rubric=options.rubric.path,
+        stages=stages,
+        problems=problems,
+    )
+
+
+__all__ = ["GradeOptions", "GraderError", "grade_notebook", "grade_stages"]

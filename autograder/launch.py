@@ -1,0 +1,166 @@
+"""The grader's side of the launch contract, on top of any backend.
+
+1-D stages: `kernel(g_in, g_out, n)` with `block_size` threads, `block_size * 4` bytes of dynamic shared
+memory and enough blocks to cover `n` at the stage's elements per thread. Block `b` writes its partial sum to
+`g_out[b]`. Passes repeat until one value remains.
+
+max2d: `kernel(g_in, g_out, width, height)` with one thread per output element in MAX2D_BLOCK blocks. It writes
+the ceil(width/2) x ceil(height/2) matrix of quadrant maxima. Steps repeat until 1 x 1.
+
+Every buffer carries a guard tail. Inputs are followed by values that spoil the result if read (NaN for a sum,
++inf for a max), so a missing bounds check shows on any backend. Outputs are poisoned with NaN before each pass
+and their guard tails are checked afterwards, so a kernel that leaves an output unwritten or writes past its end
+is caught.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from autograder.backends.base import Backend, Buffer, Kernel
+from autograder.records import Finding
+from autograder.stages import MAX2D_BLOCK, Shape, Stage
+
+GUARD = 4096  # values after every buffer: more than any block reads past its slice
+POISON = float("nan")
+
+
+def guard_value(shape: Shape) -> float:
+    """What fills an input's guard tail: a value that spoils the reduction if a kernel reads it."""
+    return float("nan") if shape is Shape.SUM_1D else float("inf")
+
+
+def pass_sizes(stage: Stage, size: tuple[int, ...], block_size: int) -> list[tuple[int, ...]]:
+    """The input size of every pass, first to last: (n,) for a sum, (width, height) for max2d."""
+    sizes = [size]
+    while True:
+        current = sizes[-1]
+        if stage.shape is Shape.SUM_1D:
+            following: tuple[int, ...] = (math.ceil(current[0] / (block_size * stage.elements_per_thread)),)
+        else:
+            following = (math.ceil(current[0] / 2), math.ceil(current[1] / 2))
+        if math.prod(following) == 1 or following == current:
+            return sizes
+        sizes.append(following)
+
+
+def launch_geometry(
+    stage: Stage, size: tuple[int, ...], block_size: int
+) -> tuple[tuple[int, int], tuple[int, int], int]:
+    """(grid, block, dynamic shared bytes) of one pass over an input of `size`."""
+    if stage.shape is Shape.SUM_1D:
+        blocks = math.ceil(size[0] / (block_size * stage.elements_per_thread))
+        return (blocks, 1), (block_size, 1), block_size * 4
+    out_w, out_h = math.ceil(size[0] / 2), math.ceil(size[1] / 2)
+    bx, by = MAX2D_BLOCK
+    return (math.ceil(out_w / bx), math.ceil(out_h / by)), (bx, by), 0
+
+
+def output_count(stage: Stage, size: tuple[int, ...], block_size: int) -> int:
+    grid, _, _ = launch_geometry(stage, size, block_size)
+    if stage.shape is Shape.SUM_1D:
+        return grid[0]
+    return math.ceil(size[0] / 2) * math.ceil(size[1] / 2)
+
+
+@dataclass
+class Plan:
+    """The buffers and launches of one whole reduction of one input size, allocated once and reusable.
+
+    `input` holds `count` values plus the guard tail; write the data with `load`.
+    """
+
+    backend: Backend
+    kernel: Kernel
+    size: tuple[int, ...]
+    block_size: int
+    input: Buffer
+    scratch: tuple[Buffer, Buffer]
+    owns_input: bool = True
+
+    @classmethod
+    def create(
+        cls,
+        backend: Backend,
+        kernel: Kernel,
+        size: tuple[int, ...],
+        block_size: int,
+        shared_input: Buffer | None = None,
+    ) -> Plan:
+        """A plan with its own input buffer, or reading `shared_input` (another plan's, of the same size)."""
+        stage = kernel.stage
+        count = math.prod(size)
+        first = output_count(stage, size, block_size)
+        second = output_count(stage, pass_sizes(stage, size, block_size)[1], block_size) if first > 1 else 1
+        input_buffer = shared_input
+        if input_buffer is None:
+            input_buffer = backend.alloc(count, GUARD)
+            backend.fill(input_buffer, guard_value(stage.shape), start=count)
+        scratch = (backend.alloc(first, GUARD), backend.alloc(second, GUARD))
+        return cls(backend, kernel, size, block_size, input_buffer, scratch, owns_input=shared_input is None)
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.size)
+
+    def load(self, data: np.ndarray) -> None:
+        """Copy the input data (`count` float32 values) into the input buffer, before its guard tail."""
+        self.backend.write(self.input, data.astype(np.float32, copy=False).ravel())
+
+    def poison(self) -> None:
+        """Fill both scratch buffers, guard tails included, with NaN."""
+        for buffer in self.scratch:
+            self.backend.fill(buffer, POISON)
+
+    def run(self, *, check_each_pass: bool = False) -> tuple[Finding, ...]:
+        """Launch every pass. With `check_each_pass`, poison each output first and check its guard after.
+
+        Without it the launches are queued back to back, as a timed call needs; call `poison` before.
+        Returns the guard findings (always empty without `check_each_pass`).
+        """
+        stage = self.kernel.stage
+        findings: list[Finding] = []
+        source = self.input
+        for index, size in enumerate(pass_sizes(stage, self.size, self.block_size)):
+            target = self.scratch[index % 2]
+            grid, block, shared = launch_geometry(stage, size, self.block_size)
+            written = output_count(stage, size, self.block_size)
+            if check_each_pass:
+                self.backend.fill(target, POISON)
+            self.backend.launch(self.kernel, grid, block, shared, (source, target, *size))
+            if check_each_pass:
+                self.backend.synchronize()
+                findings.extend(self._check_guard(target, written, index + 1))
+                # The guard tail of this output is the next pass's input guard.
+                self.backend.fill(target, guard_value(stage.shape), start=written)
+            source = target
+        self._result_buffer = source
+        return tuple(findings)
+
+    def result(self) -> float:
+        """The single value the last `run` left."""
+        self.backend.synchronize()
+        return float(self.backend.download(self._result_buffer, 1)[0])
+
+    def _check_guard(self, target: Buffer, written: int, pass_number: int) -> list[Finding]:
+        tail = self.backend.download(target)[written:]
+        touched = np.flatnonzero(~np.isnan(tail))
+        if touched.size == 0:
+            return []
+        return [
+            Finding(
+                kind="output_guard",
+                message=(
+                    f"pass {pass_number} wrote g_out[{written + int(touched[0])}], past the {written} values "
+                    f"it should write (one per block for a sum, ceil(w/2) x ceil(h/2) for max2d)"
+                ),
+                kernel=self.kernel.stage.kernel_name,
+            )
+        ]
+
+    def release(self) -> None:
+        for buffer in (self.input, *self.scratch) if self.owns_input else self.scratch:
+            self.backend.free(buffer)

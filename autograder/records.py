@@ -1,0 +1,225 @@
+"""Plain typed records passed between the grading steps and written to the result files.
+
+Every record is a frozen dataclass. `to_dict` and `from_dict` turn a whole StudentResult into JSON and back,
+so the leaderboard, feedback and exports read exactly what the grader wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    """What happened to a stage's kernel, before performance is considered."""
+
+    NOT_ATTEMPTED = "not_attempted"  # no cell, an empty cell, or the released stub unchanged
+    INVALID_CELL = "invalid_cell"  # the cell is there but holds no single string literal
+    COMPILE_ERROR = "compile_error"
+    TIMEOUT = "timeout"  # a launch ran past its time limit (a hang, a spin-wait)
+    CRASHED = "crashed"  # the launch died: illegal address, deadlock, segfault
+    INCORRECT = "incorrect"  # it ran, and some case gave a wrong result
+    CORRECT = "correct"  # every case gave the right result
+
+
+class PerfVerdict(StrEnum):
+    FAST_ENOUGH = "fast_enough"
+    TOO_SLOW = "too_slow"
+    NOT_MEASURED = "not_measured"  # on the CPU backend, or because the stage is not correct
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """Where a kernel's source came from, so messages can name the notebook cell and line."""
+
+    notebook: str
+    grade_id: str
+    cell_index: int  # 0-based index of the cell in the notebook
+    first_line: int  # the cell line (1-based) that holds the kernel source's first line
+
+    def cell_line(self, source_line: int) -> int:
+        """The line of the notebook cell that holds line `source_line` (1-based) of the kernel source."""
+        return self.first_line + source_line - 1
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A kernel's CUDA C source and where it came from."""
+
+    text: str
+    location: SourceLocation | None = None
+
+    def cell_line(self, source_line: int | None) -> int | None:
+        if source_line is None or self.location is None:
+            return source_line
+        return self.location.cell_line(source_line)
+
+
+@dataclass(frozen=True)
+class CompilerMessage:
+    """One diagnostic from the compiler; `line` is the notebook cell's line where known."""
+
+    severity: str  # "error" or "warning"
+    line: int | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A defect seen while the kernel ran: a race, an out-of-bounds access, a deadlock, ...
+
+    `kind` is one of FINDING_KINDS. `line` is the notebook cell's line where known.
+    """
+
+    kind: str
+    message: str
+    line: int | None = None
+    thread: str | None = None  # e.g. "block (3,0,0) thread (35,0,0)"
+    kernel: str | None = None
+
+
+FINDING_KINDS = (
+    "race_syncthreads",  # two warps touch the same shared word with no __syncthreads between
+    "race_syncwarp",  # two lanes of one warp, with no __syncwarp between (unsafe since sm_70)
+    "race_interblock",  # two blocks touch the same global word within one launch
+    "out_of_bounds",
+    "uninitialised_read",
+    "deadlock",
+    "inactive_lane",  # a shuffle read a lane that is not participating
+    "output_guard",  # a write landed just past the end of an output buffer, seen on any backend
+)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One correctness case: one input size and kind, and what the kernel gave."""
+
+    label: str  # e.g. "n=257 integers" or "257x255 random"
+    size: tuple[int, ...]  # (n,) for 1-D stages, (width, height) for max2d
+    input_kind: str  # "integers", "random" or "negative"
+    expected: float
+    got: float | None
+    passed: bool
+    error: str | None = None  # why there is no result: a timeout, a crash
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median time of one kernel's whole reduction, from interleaved, L2-flushed, event-timed calls."""
+
+    label: str  # e.g. "yours", "your anti_divergence", "reference sequential"
+    median_ms: float
+    rse: float  # relative standard error of the mean of the samples
+    repetitions: int
+    gbps: float  # input bytes / median time
+
+
+@dataclass(frozen=True)
+class Performance:
+    """The speed check of one stage."""
+
+    verdict: PerfVerdict
+    reason: str
+    timings: tuple[Timing, ...] = ()
+    speedup: float | None = None  # baseline time / this stage's time
+    baseline: str | None = None  # what the speedup is over: "your naive" or "reference naive"
+    required_speedup: float | None = None
+    time_vs_reference: float | None = None  # this stage's time / the reference's time, same run
+    allowed_time_vs_reference: float | None = None
+
+
+@dataclass(frozen=True)
+class Points:
+    correctness: float
+    performance: float
+    penalty: float  # deducted for findings, per the rubric
+    max_points: float
+    lines: tuple[str, ...] = ()  # the rubric line by line, for feedback
+
+    @property
+    def total(self) -> float:
+        return max(0.0, self.correctness + self.performance - self.penalty)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    stage: str
+    status: Status
+    message: str  # one sentence for people: what happened and what to do
+    hint: str | None = None
+    compiler: tuple[CompilerMessage, ...] = ()
+    cases: tuple[CaseResult, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    performance: Performance = field(
+        default_factory=lambda: Performance(PerfVerdict.NOT_MEASURED, "the stage is not correct")
+    )
+    points: Points | None = None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    backend: str  # "gpu" or "cpu"
+    name: str  # e.g. "NVIDIA H200" or "CPU backend (g++ 12.2, boost.context)"
+    compute_capability: str | None = None
+    l2_bytes: int | None = None
+    versions: tuple[tuple[str, str], ...] = ()  # (package, version) pairs
+
+
+@dataclass(frozen=True)
+class StudentResult:
+    student: str
+    notebook: str
+    seed: int
+    started: str  # ISO 8601, UTC
+    device: DeviceInfo
+    rubric: str  # path of the rubric used
+    stages: tuple[StageResult, ...]
+    problems: tuple[str, ...] = ()  # notebook-level problems: unreadable file, duplicated cells, ...
+
+    @property
+    def total(self) -> float:
+        return sum(s.points.total for s in self.stages if s.points)
+
+    @property
+    def max_total(self) -> float:
+        return sum(s.points.max_points for s in self.stages if s.points)
+
+
+def to_dict(record: Any) -> Any:
+    """A record as JSON-ready data: enums by value, tuples as lists."""
+    if dataclasses.is_dataclass(record):
+        return {f.name: to_dict(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    if isinstance(record, Enum):
+        return record.value
+    if isinstance(record, (tuple, list)):
+        return [to_dict(item) for item in record]
+    return record
+
+
+def from_dict(cls: type, data: Any) -> Any:
+    """The inverse of `to_dict` for a record class."""
+    return _build(cls, data)
+
+
+def _build(tp: Any, data: Any) -> Any:
+    if data is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [arg for arg in typing.get_args(tp) if arg is not type(None)]
+        return _build(inner[0], data)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_build(args[0], item) for item in data)
+        return tuple(_build(arg, item) for arg, item in zip(args, data, strict=True))
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp(data)
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        return tp(**{f.name: _build(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data})
+    return data

@@ -1,0 +1,124 @@
+"""The rubric file and the arithmetic of points: pure functions over the records."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.errors import ConfigError
+from autograder.records import FINDING_KINDS, Finding, Performance, PerfVerdict, Points, Status
+from autograder.stages import STAGE_IDS
+from autograder.timing import TimingSettings
+
+DEFAULT_RUBRIC = Path(__file__).with_name("rubric.toml")
+BLOCK_SIZES = (64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class StagePoints:
+    correctness: float
+    performance: float
+
+
+@dataclass(frozen=True)
+class Rubric:
+    path: str
+    block_size: int
+    timing: TimingSettings
+    gain_fraction: float
+    max_time_vs_reference: float
+    penalties: dict[str, float]
+    stages: dict[str, StagePoints]
+
+    def required_speedup(self, reference_step: float | None) -> float | None:
+        """The speedup a stage needs over its previous stage, from the reference's calibrated step."""
+        if reference_step is None:
+            return None
+        return 1.0 + self.gain_fraction * (reference_step - 1.0)
+
+
+def load_rubric(path: Path | str | None = None) -> Rubric:
+    """The rubric at `path` (the default rubric when None). Raises ConfigError naming what is wrong."""
+    path = Path(path) if path else DEFAULT_RUBRIC
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such rubric file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML ({error})") from None
+    try:
+        return _parse(path, data)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(f"{path}: {error}") from None
+
+
+def _parse(path: Path, data: dict) -> Rubric:
+    block_size = int(data["block_size"])
+    if block_size not in BLOCK_SIZES:
+        raise ValueError(f"block_size must be one of {BLOCK_SIZES}, not {block_size}")
+    timing_data = data.get("timing", {})
+    timing = TimingSettings(
+        **{key: value for key, value in timing_data.items() if key != "max2d_shape"},
+        max2d_shape=tuple(timing_data.get("max2d_shape", TimingSettings.max2d_shape)),
+        block_size=block_size,
+    )
+    penalties = {kind: float(share) for kind, share in data.get("penalties", {}).items()}
+    unknown = set(penalties) - set(FINDING_KINDS)
+    if unknown:
+        raise ValueError(f"unknown finding kinds in [penalties]: {', '.join(sorted(unknown))}")
+    stages = {
+        stage_id: StagePoints(float(points["correctness"]), float(points["performance"]))
+        for stage_id, points in data["stages"].items()
+    }
+    unknown = set(stages) - set(STAGE_IDS)
+    if unknown:
+        raise ValueError(f"unknown stages in [stages]: {', '.join(sorted(unknown))}; the stages are {STAGE_IDS}")
+    missing = set(STAGE_IDS) - set(stages)
+    if missing:
+        raise ValueError(f"[stages] has no points for {', '.join(sorted(missing))}")
+    speed = data.get("speed", {})
+    return Rubric(
+        path=str(path),
+        block_size=block_size,
+        timing=timing,
+        gain_fraction=float(speed.get("gain_fraction", 0.5)),
+        max_time_vs_reference=float(speed.get("max_time_vs_reference", 1.25)),
+        penalties=penalties,
+        stages=stages,
+    )
+
+
+def score(
+    rubric: Rubric,
+    stage_id: str,
+    status: Status,
+    passed_cases: int,
+    total_cases: int,
+    findings: tuple[Finding, ...],
+    performance: Performance,
+    performance_measured: bool,
+) -> Points:
+    """A stage's points, with the rubric's reasoning line by line."""
+    available = rubric.stages[stage_id]
+    correct = status is Status.CORRECT
+    correctness = available.correctness if correct else 0.0
+    lines = [
+        f"correctness {correctness:g}/{available.correctness:g}: "
+        + (f"{passed_cases} of {total_cases} cases right" if total_cases else status.value.replace("_", " "))
+    ]
+    max_points = available.correctness
+    performance_points = 0.0
+    if performance_measured:
+        max_points += available.performance
+        fast = performance.verdict is PerfVerdict.FAST_ENOUGH
+        performance_points = available.performance if correct and fast else 0.0
+        lines.append(f"performance {performance_points:g}/{available.performance:g}: {performance.reason}")
+    elif available.performance:
+        lines.append(f"performance not counted: {performance.reason}")
+    share = min(1.0, sum(rubric.penalties.get(kind, 0.0) for kind in {f.kind for f in findings}))
+    penalty = round(share * correctness, 6)
+    if penalty:
+        kinds = ", ".join(sorted({f.kind for f in findings if rubric.penalties.get(f.kind)}))
+        lines.append(f"penalty -{penalty:g}: {kinds}")
+    return Points(correctness, performance_points, penalty, max_points, tuple(lines))

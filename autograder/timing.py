@@ -1,0 +1,150 @@
+"""Speed: several kernels timed interleaved in one process, so their ratios survive machine drift.
+
+Each timed call is one whole reduction between a pair of timing events, after warm-up, with the L2 flushed
+(at least twice its size) and the outputs poisoned before it. Before every call one input value changes at a
+random place, and every call's result is checked, so a kernel cannot replay a cached answer. Rounds go on
+until every kernel's relative standard error is below the target, or a cap is reached; medians are reported.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from autograder.backends.base import Backend
+from autograder.errors import GraderError
+from autograder.launch import Plan
+from autograder.records import KernelSource, Timing
+from autograder.stages import Shape, Stage, get_stage
+from autograder.verify import compiled, reference
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    n: int = 1 << 26  # floats of a 1-D stage's input (256 MiB)
+    max2d_shape: tuple[int, int] = (8192, 8192)
+    block_size: int = 256
+    warmup: int = 3
+    min_repetitions: int = 10
+    max_repetitions: int = 200
+    target_rse: float = 0.005
+    budget_seconds: float = 30.0  # per group of kernels timed together
+
+    def size_of(self, shape: Shape) -> tuple[int, ...]:
+        return (self.n,) if shape is Shape.SUM_1D else self.max2d_shape
+
+
+@dataclass(frozen=True)
+class TimedKernel:
+    """A kernel to time: `label` names it in results ("yours", "reference naive", ...)."""
+
+    label: str
+    stage_id: str
+    source: KernelSource
+
+
+class WrongTimedResult(GraderError):
+    """A kernel gave a wrong result in a timed call, though it passed the correctness cases."""
+
+
+def relative_standard_error(samples: list[float]) -> float:
+    if len(samples) < 2:
+        return math.inf
+    mean = float(np.mean(samples))
+    return float(np.std(samples, ddof=1) / math.sqrt(len(samples)) / mean) if mean > 0 else math.inf
+
+
+def time_interleaved(
+    backend: Backend, kernels: tuple[TimedKernel, ...], settings: TimingSettings, seed: int
+) -> tuple[Timing, ...]:
+    """Time `kernels` (all of one shape) round-robin; one Timing per kernel, in the same order.
+
+    Runs in the worker process. Raises WrongTimedResult naming the kernel and the call that went wrong.
+    """
+    shape = get_stage(kernels[0].stage_id).shape
+    size = settings.size_of(shape)
+    rng = np.random.default_rng(seed)
+    data = (rng.random(math.prod(size), dtype=np.float32) * 2.0 - 0.75).astype(np.float32)
+    plans: list[Plan] = []
+    samples: list[list[float]] = [[] for _ in kernels]
+    try:
+        for kernel in kernels:
+            shared = plans[0].input if plans else None
+            plan = Plan.create(
+                backend, compiled(backend, kernel.stage_id, kernel.source), size, settings.block_size, shared
+            )
+            plans.append(plan)
+        plans[0].load(data)
+        checker = _Checker(get_stage(kernels[0].stage_id), data, settings.block_size, rng)
+        for _ in range(settings.warmup):
+            for kernel, plan in zip(kernels, plans, strict=True):
+                checker.call(backend, plan, kernel.label, timed=False)
+        started = time.monotonic()
+        for round_number in range(settings.max_repetitions):
+            # Rotate the order each round so that no kernel always follows the same neighbour.
+            order = [(round_number + i) % len(kernels) for i in range(len(kernels))]
+            for index in order:
+                samples[index].append(checker.call(backend, plans[index], kernels[index].label, timed=True))
+            enough = round_number + 1 >= settings.min_repetitions and all(
+                relative_standard_error(s) < settings.target_rse for s in samples
+            )
+            if enough or time.monotonic() - started > settings.budget_seconds:
+                break
+    finally:
+        for plan in plans:
+            plan.release()
+    input_bytes = 4 * math.prod(size)
+    return tuple(
+        Timing(
+            label=kernel.label,
+            median_ms=float(np.median(s)),
+            rse=relative_standard_error(s),
+            repetitions=len(s),
+            gbps=input_bytes / (float(np.median(s)) * 1e-3) / 1e9,
+        )
+        for kernel, s in zip(kernels, samples, strict=True)
+    )
+
+
+class _Checker:
+    """Changes one input value before each call, keeps the expected result up to date, and checks each call."""
+
+    def __init__(self, stage: Stage, data: np.ndarray, block_size: int, rng: np.random.Generator) -> None:
+        self.stage = stage
+        self.data = data
+        self.rng = rng
+        self.calls = 0
+        # The tolerance hardly moves as single values change, so it is computed once.
+        self.expected, self.tolerance = reference(stage, data, block_size)
+
+    def _perturb(self) -> int:
+        index = int(self.rng.integers(self.data.size))
+        old = float(self.data[index])
+        self.data[index] = np.float32(self.rng.random() * 2.0 - 0.75)
+        new = float(self.data[index])
+        if self.stage.shape is Shape.SUM_1D:
+            self.expected += new - old
+        elif new >= self.expected:
+            self.expected = new
+        elif old == self.expected:
+            self.expected = float(self.data.max())
+        return index
+
+    def call(self, backend: Backend, plan: Plan, label: str, *, timed: bool) -> float:
+        index = self._perturb()
+        backend.write(plan.input, self.data[index : index + 1], offset=index)
+        plan.poison()
+        backend.flush_l2()
+        elapsed = backend.elapsed_ms(plan.run)
+        got = plan.result()
+        self.calls += 1
+        if not (math.isfinite(got) and abs(got - self.expected) <= self.tolerance):
+            when = "a timed call" if timed else "a warm-up call"
+            raise WrongTimedResult(
+                f"{label}: {when} (call {self.calls}, n={plan.count}) gave {got!r}, expected {self.expected!r}; "
+                "results must be right on every call, with fresh inputs"
+            )
+        return elapsed

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autograder.errors import ConfigError
+from autograder.records import Finding, Performance, PerfVerdict, Status
+from autograder.rubric import DEFAULT_RUBRIC, load_rubric, score
+from autograder.stages import STAGE_IDS
+
+FAST = Performance(PerfVerdict.FAST_ENOUGH, "1.30x over your naive (needs 1.27x)")
+SLOW = Performance(PerfVerdict.TOO_SLOW, "1.01x over your naive (needs 1.27x)")
+
+
+def test_default_rubric_gives_points_to_every_stage() -> None:
+    rubric = load_rubric()
+    assert set(rubric.stages) == set(STAGE_IDS)
+    assert rubric.block_size == 256 and rubric.timing.n == 2**26
+    required = sum(p.correctness + p.performance for s, p in rubric.stages.items() if s != "open")
+    assert required == 100
+
+
+def test_required_speedup_is_half_the_reference_gain() -> None:
+    rubric = load_rubric()
+    assert rubric.required_speedup(1.59) == pytest.approx(1.295)
+    assert rubric.required_speedup(None) is None
+
+
+def test_correct_and_fast_gets_everything() -> None:
+    points = score(load_rubric(), "sequential", Status.CORRECT, 32, 32, (), FAST, performance_measured=True)
+    assert (points.correctness, points.performance, points.penalty, points.total, points.max_points) == (
+        10,
+        5,
+        0,
+        15,
+        15,
+    )
+    assert points.lines[0].startswith("correctness 10/10: 32 of 32")
+
+
+def test_slow_loses_only_performance() -> None:
+    points = score(load_rubric(), "sequential", Status.CORRECT, 32, 32, (), SLOW, performance_measured=True)
+    assert points.total == 10 and "needs 1.27x" in points.lines[1]
+
+
+def test_incorrect_gets_no_performance_points_even_if_fast() -> None:
+    points = score(load_rubric(), "shuffle", Status.INCORRECT, 30, 32, (), FAST, performance_measured=True)
+    assert points.total == 0 and points.max_points == 15
+
+
+def test_on_the_cpu_backend_performance_is_not_counted_in_the_maximum() -> None:
+    not_measured = Performance(PerfVerdict.NOT_MEASURED, "not measured on the CPU backend")
+    points = score(load_rubric(), "shuffle", Status.CORRECT, 32, 32, (), not_measured, performance_measured=False)
+    assert (points.total, points.max_points) == (10, 10)
+    assert "not measured on the CPU backend" in points.lines[-1]
+
+
+def test_a_race_costs_what_the_rubric_says() -> None:
+    race = (Finding("race_syncwarp", "lanes 0 and 16 race", line=12),)
+    points = score(load_rubric(), "unrolled_warp", Status.CORRECT, 32, 32, race, FAST, performance_measured=True)
+    assert points.penalty == 5 and points.total == 10
+    assert "race_syncwarp" in points.lines[-1]
+
+
+def test_penalties_add_up_to_at_most_the_correctness_points() -> None:
+    findings = (Finding("deadlock", "x"), Finding("race_syncthreads", "y"))
+    points = score(load_rubric(), "naive", Status.CORRECT, 32, 32, findings, FAST, performance_measured=True)
+    assert points.penalty == 10 and points.total == 0
+
+
+def test_bad_rubrics_say_what_is_wrong(tmp_path: Path) -> None:
+    text = DEFAULT_RUBRIC.read_text()
+    cases = {
+        "block_size = 256": ("block_size = 100", "block_size must be one of"),
+        "[stages.open]": ("[stages.opn]", "unknown stages"),
+        "deadlock = 1.0": ("deadlocks = 1.0", "unknown finding kinds"),
+    }
+    for original, (replacement, message) in cases.items():
+        path = tmp_path / "rubric.toml"
+        path.write_text(text.replace(original, replacement))
+        with pytest.raises(ConfigError, match=message):
+            load_rubric(path)
+    path.write_text("block_size = [")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_rubric(path)
+    with pytest.raises(ConfigError, match="no such rubric"):
+        load_rubric(tmp_path / "missing.toml")
