@@ -156,6 +156,83 @@ def calibrate(rubric: Path | None, out: Path | None, seed: int) -> None:
     click.echo(f"written to {path}")
 
 
+# Publishing: leaderboard, feedback and exports. Each command only parses its options; the work is in
+# autograder/publish/.
+
+_results_argument = click.argument("results", type=click.Path(exists=True, path_type=Path))
+_salt_options = [
+    click.option("--salt", help="Secret salt of the pseudonyms (default: kept in RESULTS/pseudonym-salt.txt)."),
+    click.option("--salt-file", type=click.Path(dir_okay=False, path_type=Path), help="Read the salt from this file."),
+]
+
+
+def _salted(function: click.decorators.FC) -> click.decorators.FC:
+    for option in reversed(_salt_options):
+        function = option(function)
+    return function
+
+
+def _publish(module: str, **options: object) -> None:
+    """Run the main of autograder.publish.<module>, list what it wrote, and turn expected failures into a clean
+    exit. Imported here, so that grading never pays for pandas and matplotlib."""
+    import importlib
+
+    try:
+        written = importlib.import_module(f"autograder.publish.{module}").main(**options)
+    except GraderError as error:
+        raise click.ClickException(str(error)) from None
+    for path in written:
+        click.echo(str(path))
+
+
+@cli.command()
+@_results_argument
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for leaderboard.{csv,md,html} and leaderboard-open.csv (default: RESULTS/leaderboard).")
+@click.option("--pseudonyms/--real-names", default=True, show_default=True,
+              help="Publish stable pseudonyms instead of student ids.")
+@_salted
+@click.option("--calibration", "calibrations", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Calibration file(s) with the CUB figure (default: each GPU's calibration).")
+@click.option("--cub-gbps", type=float, help="CUB's (cupy.sum) GB/s on the grading GPU, above the calibration's.")
+@click.option("--peak-gbps", type=float, help="The GPU's peak memory bandwidth in GB/s (H200: 4800 built in).")
+@click.option("--top", type=int, default=10, show_default=True, help="Entries in the bandwidth chart.")
+@click.option("--title", default="Parallel reduction: class leaderboard", show_default=True)
+def leaderboard(results: Path, out: Path | None, pseudonyms: bool, salt: str | None, salt_file: Path | None,
+                calibrations: tuple[Path, ...], cub_gbps: float | None, peak_gbps: float | None, top: int,
+                title: str) -> None:
+    """Build the class leaderboard from the RESULTS folder of `autograder grade`."""
+    _publish("leaderboard", results_path=results, out=out, use_pseudonyms=pseudonyms, salt=salt, salt_file=salt_file,
+             calibrations=calibrations, cub_gbps=cub_gbps, peak_gbps=peak_gbps, top=top, title=title)
+
+
+@cli.command()
+@_results_argument
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for <student>.md and <student>.html (default: RESULTS/feedback).")
+@click.option("--student", "students", multiple=True, help="Only this student (repeatable).")
+@_salted
+def feedback(results: Path, out: Path | None, students: tuple[str, ...], salt: str | None,
+             salt_file: Path | None) -> None:
+    """Write a feedback page per student, in Markdown and HTML."""
+    _publish("feedback", results_path=results, out=out, students=students, salt=salt, salt_file=salt_file)
+
+
+@cli.command()
+@_results_argument
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for gradescope/<student>/results.json and gradebook.csv (default: RESULTS/exports).")
+@click.option("--gradescope/--no-gradescope", default=True, show_default=True, help="Gradescope results.json files.")
+@click.option("--gradebook/--no-gradebook", default=True, show_default=True, help="The LMS gradebook CSV.")
+@click.option("--visibility", type=click.Choice(["visible", "after_due_date", "after_published", "hidden"]),
+              default="visible", show_default=True, help="Gradescope visibility of the tests.")
+def export(results: Path, out: Path | None, gradescope: bool, gradebook: bool, visibility: str) -> None:
+    """Export the RESULTS for Gradescope and for an LMS gradebook."""
+    _publish("exports", results_path=results, out=out, gradescope=gradescope, lms=gradebook,
+             visibility=visibility)
+
+
 def main() -> None:
     cli(prog_name="autograder")
 

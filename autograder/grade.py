@@ -32,7 +32,7 @@ from autograder.references import reference_source
 from autograder.rubric import Rubric, load_rubric, score
 from autograder.stages import STAGE_IDS, Stage, get_stage
 from autograder.timing import TimedKernel, WrongTimedResult, time_interleaved
-from autograder.verify import compile_only, correctness_cases, hint, judge, run_case
+from autograder.verify import analysis_cases, compile_only, correctness_cases, hint, judge, run_case
 
 COMPILE_SECONDS = 120.0
 
@@ -49,6 +49,9 @@ class GradeOptions:
     case_seconds: float = 30.0  # time limit of one correctness case, plus per_element_seconds * elements
     per_element_seconds: float = 5e-6
     calibration_dirs: tuple[Path, ...] = ()
+    # On the GPU, also run each kernel on the CPU backend over a few small inputs: a GPU run cannot show a
+    # race that happened to give the right sum, and the rubric prices races the same on both backends.
+    race_checks: bool = True
     backend_options: Mapping[str, object] = field(default_factory=dict)
 
     def with_seed(self) -> GradeOptions:
@@ -97,12 +100,15 @@ def grade_stages(
     results: dict[str, StageResult] = {}
     with _worker_for(options, worker) as active:
         grader = _StageGrader(options, active)
-        for stage_id in wanted:
-            if progress:
-                progress(stage_id)
-            results[stage_id] = grader.grade(
-                get_stage(stage_id), sources.get(stage_id), (problems or {}).get(stage_id), sources, results
-            )
+        try:
+            for stage_id in wanted:
+                if progress:
+                    progress(stage_id)
+                results[stage_id] = grader.grade(
+                    get_stage(stage_id), sources.get(stage_id), (problems or {}).get(stage_id), sources, results
+                )
+        finally:
+            grader.close()
     return tuple(results[stage_id] for stage_id in wanted)
 
 
@@ -130,6 +136,11 @@ class _StageGrader:
         self.rubric = options.rubric
         self.worker = worker
         self._calibration: calibrations.Calibration | None = None
+        self._checker: Worker | None = None
+
+    def close(self) -> None:
+        if self._checker is not None:
+            self._checker.close()
 
     def grade(
         self,
@@ -151,6 +162,8 @@ class _StageGrader:
         except (KernelTimeout, KernelFault) as error:
             return self._finish(stage, StageResult(stage.id, Status.CRASHED, f"the compiler failed: {error}"))
         result = self._verify(stage, source, tuple(warnings))
+        if self.worker.device.backend == "gpu" and self.options.race_checks:
+            result = self._check_on_cpu(stage, source, result)
         if result.status is Status.CORRECT:
             result = self._time(stage, source, result, sources, earlier)
         return self._finish(stage, result)
@@ -187,6 +200,21 @@ class _StageGrader:
             cases=case_tuple,
             findings=tuple(findings.values()),
         )
+
+    def _check_on_cpu(self, stage: Stage, source: KernelSource, result: StageResult) -> StageResult:
+        """Add the CPU backend's findings (races, bounds, deadlocks) on a few small inputs to a GPU result."""
+        if self._checker is None:
+            self._checker = Worker("cpu")
+        findings = {(f.kind, f.line): f for f in result.findings}
+        try:
+            for case in analysis_cases(stage, self.options.seed):
+                _, seen = self._checker.call(run_case, stage.id, source, case, self.rubric.block_size, timeout=60)
+                findings.update({(f.kind, f.line): f for f in seen})
+        except KernelFault as error:
+            findings.update({(f.kind, f.line): f for f in error.findings})
+        except GraderError:
+            pass  # no CPU backend here, a compile difference or a hang there: the GPU verdict stands alone
+        return replace(result, findings=tuple(findings.values()))
 
     def _time(
         self,

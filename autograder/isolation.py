@@ -75,9 +75,9 @@ class Worker:
     def _ensure_started(self) -> None:
         if self._process is not None and self._process.is_alive():
             return
-        if self._process is not None:
-            self.restarts += 1
-            self._stop()
+        self._stop()
+        if self._device is not None:
+            self.restarts += 1  # it ran before: a timeout or a crash stopped it
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
         self._process = context.Process(

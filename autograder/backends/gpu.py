@@ -1,0 +1,508 @@
+"""The GPU backend: PyCUDA on an NVIDIA GPU, the only backend whose timings count for points.
+
+PyCUDA is imported when a GpuBackend is made, so the package imports where it is missing.
+
+How it runs kernels:
+
+- One CUDA context per backend, made explicitly (no `pycuda.autoinit`) and detached by `close`.
+- Kernels are compiled as C++ (no `extern "C"` wrapping, so students may write templates) and looked up by
+  their mangled name, falling back to the plain name for a kernel the student declared `extern "C"`.
+- Compiler output never reaches stderr: nvcc's diagnostics become CompilerMessage records. Compiled cubins
+  are cached on disk together with their warnings, so a cached compile reports the same warnings as the
+  first one (PyCUDA's own cache would drop them).
+- Every copy, fill, launch and timing event goes to one stream, in order, with no host synchronisation
+  between launches. `elapsed_ms` holds that stream with a tiny kernel until the host has queued the whole
+  timed call, so even a small reduction is timed with no gaps while Python launches its passes.
+- After a kernel fault (an illegal address, say) the CUDA context is unusable. The backend then refuses
+  every further call with the same KernelFault, and keeps its device objects until `close`, because freeing
+  them in a broken context makes PyCUDA write warnings to stderr.
+- A backend belongs to the thread that made it: its context is current in that thread only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autograder import errors
+from autograder.backends.base import Backend, Buffer, Kernel
+from autograder.records import CompilerMessage, DeviceInfo, KernelSource
+from autograder.stages import Shape, Stage
+
+# Always passed to nvcc. -lineinfo maps SASS to source lines for compute-sanitizer and Nsight Compute and
+# does not change the generated code.
+NVCC_OPTIONS: tuple[str, ...] = ("-lineinfo",)
+
+# PyCUDA writes the source to this file and runs nvcc in its folder, so diagnostics name it.
+_DIAGNOSTIC = re.compile(
+    r"^kernel\.cu\((?P<line>\d+)\): (?P<severity>error|warning|catastrophic error)[^:]*: (?P<text>.*)$"
+)
+_TOOL_DIAGNOSTIC = re.compile(
+    r"^(?:ptxas|nvlink|nvcc)\b.*?\b(?P<severity>error|warning|fatal)\b\s*:?\s*(?P<text>.*)$", re.I
+)
+
+# Driver errors after which the context cannot be used again (CUDA calls them sticky).
+_STICKY_ERRORS = {
+    "illegal memory access": "the kernel read or wrote memory outside its buffers: check every index against n "
+    "(and against the shared-memory size)",
+    "misaligned address": "the kernel accessed memory at an address not aligned to the access size",
+    "illegal instruction": "the kernel executed an illegal instruction",
+    "unspecified launch failure": "the kernel crashed",
+    "hardware stack error": "the kernel overflowed its stack (deep recursion?)",
+    "device-side assert": "an assert() in the kernel failed",
+    "exception on device": "the kernel raised an exception on the device",
+    "timed out": "the kernel ran too long and the driver stopped it",
+    "invalid program counter": "the kernel jumped to an invalid address",
+}
+
+_ARG_CODES = {Shape.SUM_1D: "PPI", Shape.MAX_2D: "PPII"}
+
+# Holds the stream until the host has queued a timed call, so the call runs with no host gaps however small it
+# is (nvbench's "blocking kernel"). It gives up after HOLD_LIMIT_NS, so a work that waits for the GPU itself
+# stalls for that long instead of for ever.
+_HOLD_SOURCE = r"""
+extern "C" __global__ void autograder_hold(volatile unsigned int *release, unsigned long long limit_ns)
+{
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        if (*release) {
+            return;
+        }
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < limit_ns);
+}
+"""
+HOLD_LIMIT_NS = 200_000_000
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("AUTOGRADER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autograder"
+    )
+    return Path(root) / "cubin"
+
+
+def parse_nvcc_output(output: str, source: KernelSource, severity: str | None = None) -> tuple[CompilerMessage, ...]:
+    """nvcc's diagnostics as records, with lines mapped to the notebook cell.
+
+    `severity` overrides what a line says: everything a successful compile printed is a warning.
+    Lines that are not diagnostics (the echoed source line and its caret, remarks) are dropped; the whole
+    output stays in CompileError.log.
+    """
+    messages: list[CompilerMessage] = []
+    for raw in output.splitlines():
+        line = raw.strip()
+        match = _DIAGNOSTIC.match(line)
+        if match:
+            kind = "error" if "error" in match["severity"] else "warning"
+            messages.append(CompilerMessage(severity or kind, source.cell_line(int(match["line"])), match["text"]))
+            continue
+        match = _TOOL_DIAGNOSTIC.match(line)
+        if match:
+            kind = "warning" if match["severity"].lower() == "warning" else "error"
+            messages.append(CompilerMessage(severity or kind, None, line))
+    return tuple(messages)
+
+
+class GpuBackend(Backend):
+    """Kernels compiled by nvcc and run by PyCUDA on one NVIDIA GPU."""
+
+    name = "gpu"
+    measures_performance = True
+
+    def __init__(
+        self,
+        device_index: int = 0,
+        *,
+        nvcc: str | None = None,
+        options: tuple[str, ...] = NVCC_OPTIONS,
+        cache_dir: Path | None = None,
+    ) -> None:
+        try:
+            import pycuda
+            import pycuda.compiler
+            import pycuda.driver as cuda
+        except ImportError as error:
+            raise errors.BackendUnavailable(
+                f"the GPU backend needs PyCUDA, which cannot be imported here ({error}). Install it with "
+                "`pip install pycuda` on a machine with an NVIDIA driver and the CUDA toolkit, or use the CPU "
+                "backend."
+            ) from error
+        self._pycuda = pycuda
+        self._cuda = cuda
+        self._compiler = pycuda.compiler
+        self._nvcc = nvcc or _find_nvcc()
+        if self._nvcc is None:
+            raise errors.BackendUnavailable(
+                "the GPU backend needs nvcc, the CUDA compiler: put the CUDA toolkit's bin folder on the PATH "
+                "or set CUDA_ROOT"
+            )
+        try:
+            cuda.init()
+            count = cuda.Device.count()
+        except cuda.Error as error:
+            raise errors.BackendUnavailable(f"no usable CUDA driver here: {error}") from error
+        if device_index >= count:
+            raise errors.BackendUnavailable(
+                f"CUDA device {device_index} asked for, but this machine has {count} CUDA device(s)"
+            )
+        self._device = cuda.Device(device_index)
+        try:
+            # MAP_HOST: the hold kernel polls a flag in page-locked host memory.
+            self._context = self._device.make_context(cuda.ctx_flags.SCHED_AUTO | cuda.ctx_flags.MAP_HOST)
+        except cuda.Error as error:
+            raise errors.BackendUnavailable(
+                f"cannot create a CUDA context on {self._device.name()}: {error}"
+            ) from error
+        major, minor = self._device.compute_capability()
+        self._arch = f"sm_{major}{minor}"
+        self._options = list(options)
+        self._cache = cache_dir or _cache_dir()
+        self._stream = cuda.Stream()
+        self._events = (cuda.Event(), cuda.Event())
+        self._l2_bytes = int(self._device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
+        self._flush_buffer: Any = None
+        self._flush_count = 0
+        # Everything the context owns, kept until `close` (see the module's docstring).
+        self._allocations: dict[int, Any] = {}
+        self._modules: list[Any] = []
+        self._hold: tuple[Any, Any, int] | None = None  # (kernel function, release flag, its device pointer)
+        self._fault: errors.KernelFault | None = None
+        self._closed = False
+        self._info: DeviceInfo | None = None
+
+    # --- compiling ---------------------------------------------------------------------------------------
+
+    def compile(self, source: KernelSource, stage: Stage) -> Kernel:
+        self._usable()
+        cubin, log = self._cubin(source)
+        warnings_found = parse_nvcc_output(log, source, severity="warning")
+        with self._driver_call("loading the compiled kernel"):
+            module = self._cuda.module_from_buffer(cubin)
+        self._modules.append(module)
+        function = None
+        for symbol in (stage.mangled_name, stage.kernel_name):
+            try:
+                function = module.get_function(symbol)
+                break
+            except self._cuda.Error:
+                continue
+        if function is None:
+            raise errors.CompileError(_missing_kernel_message(stage, cubin), (), log)
+        function.prepare(_ARG_CODES[stage.shape])
+        return Kernel(stage=stage, source=source, handle=function, warnings=warnings_found)
+
+    def _cubin(self, source: KernelSource) -> tuple[bytes, str]:
+        """The cubin of `source` and what nvcc said while compiling it, from the cache where possible."""
+        options = list(self._options)
+        fingerprint = [source.text, options, self._arch, self._nvcc_version()]
+        key = hashlib.sha256(json.dumps(fingerprint).encode("utf-8")).hexdigest()
+        cubin_path, log_path = self._cache / f"{key}.cubin", self._cache / f"{key}.log"
+        try:
+            return cubin_path.read_bytes(), log_path.read_text(encoding="utf-8")
+        except OSError:
+            pass
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                cubin = self._compiler.compile(
+                    source.text,
+                    nvcc=self._nvcc,
+                    options=options,
+                    no_extern_c=True,
+                    arch=self._arch,
+                    cache_dir=False,
+                )
+            except self._cuda.CompileError as error:
+                log = "\n".join(part for part in (error.stdout, error.stderr) if part)
+                messages = parse_nvcc_output(log, source)
+                if not any(m.severity == "error" for m in messages):
+                    messages = (*messages, CompilerMessage("error", None, log.strip() or str(error)))
+                first = next(m for m in messages if m.severity == "error")
+                where = f"line {first.line}: " if first.line is not None else ""
+                raise errors.CompileError(f"the kernel does not compile ({where}{first.text})", messages, log) from None
+        log = "\n".join(_compiler_said(str(w.message)) for w in caught if _is_compiler_output(str(w.message)))
+        _write_atomically(cubin_path, cubin)
+        _write_atomically(log_path, log.encode("utf-8"))
+        return cubin, log
+
+    def _nvcc_version(self) -> str:
+        output: str = self._compiler.get_nvcc_version(self._nvcc)
+        match = re.search(r"release [\d.]+, V([\d.]+)", output)
+        return match[1] if match else output.strip().splitlines()[-1]
+
+    # --- memory ------------------------------------------------------------------------------------------
+
+    def alloc(self, count: int, guard: int = 0) -> Buffer:
+        self._usable()
+        size = max(1, count + guard) * 4
+        try:
+            allocation = self._cuda.mem_alloc(size)
+        except self._cuda.MemoryError as error:
+            raise errors.BackendUnavailable(
+                f"cannot allocate {size / 2**20:.1f} MiB on {self._device.name()}: {error}"
+            ) from error
+        self._allocations[int(allocation)] = allocation
+        return Buffer(count=count, guard=guard, handle=allocation)
+
+    def write(self, buffer: Buffer, host: np.ndarray, offset: int = 0) -> None:
+        data = np.ascontiguousarray(host, dtype=np.float32).ravel()
+        _check_range(buffer, offset, data.size)
+        if data.size == 0:
+            return
+        self._usable()
+        with self._driver_call("copying data to the GPU"):
+            self._cuda.memcpy_htod_async(int(buffer.handle) + offset * 4, data, self._stream)
+            # The copy reads `data`, which is ours and may go away: wait for it.
+            self._stream.synchronize()
+
+    def download(self, buffer: Buffer, count: int | None = None) -> np.ndarray:
+        count = buffer.physical_count if count is None else count
+        _check_range(buffer, 0, count)
+        host = np.empty(count, dtype=np.float32)
+        if count == 0:
+            return host
+        self._usable()
+        with self._driver_call("copying results back from the GPU"):
+            self._cuda.memcpy_dtoh_async(host, int(buffer.handle), self._stream)
+            self._stream.synchronize()
+        return host
+
+    def fill(self, buffer: Buffer, value: float, start: int = 0, count: int | None = None) -> None:
+        count = buffer.physical_count - start if count is None else count
+        _check_range(buffer, start, count)
+        if count == 0:
+            return
+        self._usable()
+        bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+        with self._driver_call("filling a GPU buffer"):
+            self._cuda.memset_d32_async(int(buffer.handle) + start * 4, bits, count, self._stream)
+
+    def free(self, buffer: Buffer) -> None:
+        if self._fault is not None or self._closed:
+            return  # kept until close: see the module's docstring
+        allocation = self._allocations.pop(int(buffer.handle), None)
+        if allocation is not None:
+            allocation.free()
+
+    # --- running -----------------------------------------------------------------------------------------
+
+    def launch(
+        self,
+        kernel: Kernel,
+        grid: tuple[int, int],
+        block: tuple[int, int],
+        shared_bytes: int,
+        args: tuple[Buffer | int, ...],
+    ) -> None:
+        self._usable()
+        values = [int(a.handle) if isinstance(a, Buffer) else np.uint32(a) for a in args]
+        with self._driver_call(f"launching {kernel.stage.kernel_name} with grid {grid} and block {block}"):
+            kernel.handle.prepared_async_call(
+                (int(grid[0]), int(grid[1])),
+                (int(block[0]), int(block[1]), 1),
+                self._stream,
+                *values,
+                shared_size=int(shared_bytes),
+            )
+
+    def synchronize(self) -> None:
+        self._usable()
+        with self._driver_call("running the kernel"):
+            self._stream.synchronize()
+
+    def flush_l2(self) -> None:
+        """Overwrite twice the L2 cache's size, so no data of an earlier call stays cached."""
+        self._usable()
+        words = 2 * self._l2_bytes // 4
+        if self._flush_buffer is None:
+            with self._driver_call("allocating the L2 flush buffer"):
+                self._flush_buffer = self._cuda.mem_alloc(words * 4)
+        self._flush_count += 1
+        with self._driver_call("flushing the L2 cache"):
+            self._cuda.memset_d32_async(int(self._flush_buffer), self._flush_count, words, self._stream)
+
+    def elapsed_ms(self, work: Callable[[], None]) -> float:
+        """Time `work`, which must only queue launches: the stream is held until it has queued them all.
+
+        So the time is the GPU's alone, with no gaps while the host launches the next pass. A `work` that
+        waits for the GPU stalls until the hold gives up (HOLD_LIMIT_NS); the stall is not in the time.
+        """
+        self._usable()
+        start, end = self._events
+        function, release, pointer = self._hold_kernel()
+        release[0] = 0
+        try:
+            with self._driver_call("timing"):
+                function.prepared_async_call((1, 1), (1, 1, 1), self._stream, pointer, np.uint64(HOLD_LIMIT_NS))
+                start.record(self._stream)
+            work()
+            with self._driver_call("timing"):
+                end.record(self._stream)
+        finally:
+            release[0] = 1
+        with self._driver_call("running the timed kernels"):
+            end.synchronize()
+            return float(start.time_till(end))
+
+    def _hold_kernel(self) -> tuple[Any, Any, int]:
+        if self._hold is None:
+            cubin, _ = self._cubin(KernelSource(_HOLD_SOURCE))
+            with self._driver_call("loading the timing helper"):
+                module = self._cuda.module_from_buffer(cubin)
+                function = module.get_function("autograder_hold").prepare("PQ")
+                release = self._cuda.pagelocked_zeros((1,), np.uint32, mem_flags=self._cuda.host_alloc_flags.DEVICEMAP)
+                pointer = int(release.base.get_device_pointer())
+            self._modules.append(module)
+            self._hold = (function, release, pointer)
+        return self._hold
+
+    # --- the device --------------------------------------------------------------------------------------
+
+    def device(self) -> DeviceInfo:
+        if self._info is None:
+            cuda = self._cuda
+            major, minor = self._device.compute_capability()
+            versions = [
+                ("cuda_driver", _cuda_version(cuda.get_driver_version())),
+                ("cuda_runtime", ".".join(str(part) for part in cuda.get_version()[:2])),
+                ("pycuda", self._pycuda.VERSION_TEXT),
+                ("nvcc", self._nvcc_version()),
+            ]
+            driver = _nvidia_driver_version()
+            if driver:
+                versions.insert(0, ("nvidia_driver", driver))
+            self._info = DeviceInfo(
+                backend=self.name,
+                name=self._device.name(),
+                compute_capability=f"{major}.{minor}",
+                l2_bytes=self._l2_bytes,
+                versions=tuple(versions),
+            )
+        return self._info
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        cuda = self._cuda
+        if self._fault is None:
+            with suppress(cuda.Error):
+                self._stream.synchronize()
+            for allocation in self._allocations.values():
+                with suppress(cuda.Error):
+                    allocation.free()
+            if self._flush_buffer is not None:
+                with suppress(cuda.Error):
+                    self._flush_buffer.free()
+        # detach() pops the context when it is the current one, and pushes and pops it otherwise, so a second
+        # backend's context on top of the stack is left alone.
+        with suppress(cuda.Error):
+            self._context.detach()
+        # Dropped only now: objects of a detached context are let go without touching the driver.
+        self._allocations.clear()
+        self._modules.clear()
+        self._flush_buffer = None
+        self._hold = None
+
+    # --- errors ------------------------------------------------------------------------------------------
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise errors.KernelFault("the GPU backend was closed and cannot be used again")
+        if self._fault is not None:
+            raise self._fault
+
+    @contextmanager
+    def _driver_call(self, doing: str) -> Iterator[None]:
+        """Turn a CUDA driver error into a KernelFault that says what happened and what it means."""
+        try:
+            yield
+        except self._cuda.Error as error:
+            if isinstance(error, self._cuda.CompileError):
+                raise
+            text = str(error)
+            explanation = next((why for key, why in _STICKY_ERRORS.items() if key in text.lower()), None)
+            if explanation is None:
+                raise errors.KernelFault(f"CUDA error while {doing}: {text}") from error
+            self._fault = errors.KernelFault(
+                f"{explanation} (CUDA error while {doing}: {text}). The GPU context cannot be used after this "
+                "error: the process must be restarted before it runs anything else on the GPU."
+            )
+            raise self._fault from error
+
+
+def _find_nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_ROOT"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
+            return os.path.join(root, "bin", "nvcc")
+    return None
+
+
+def _is_compiler_output(warning_text: str) -> bool:
+    return warning_text.startswith("The CUDA compiler succeeded, but said")
+
+
+def _compiler_said(warning_text: str) -> str:
+    """What nvcc printed, out of PyCUDA's "The CUDA compiler succeeded, but said the following:" warning."""
+    return warning_text.partition("\n")[2]
+
+
+def _missing_kernel_message(stage: Stage, cubin: bytes) -> str:
+    mangled_prefix = f"_Z{len(stage.kernel_name)}{stage.kernel_name}".encode()
+    if mangled_prefix in cubin or stage.kernel_name.encode() + b"\0" in cubin:
+        return (
+            f"a kernel named {stage.kernel_name} is there, but not with the contract's parameters (or it is a "
+            f"template): it must be `{stage.signature}`"
+        )
+    return f"no kernel named {stage.kernel_name} with signature `{stage.signature}` in the cell"
+
+
+def _check_range(buffer: Buffer, start: int, count: int) -> None:
+    if start < 0 or count < 0 or start + count > buffer.physical_count:
+        raise ValueError(
+            f"values {start}..{start + count} are outside the buffer's {buffer.physical_count} "
+            f"({buffer.count} + {buffer.guard} guard)"
+        )
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write a cache file so that a parallel worker never reads half of it; a cache that cannot be written
+    only costs a recompile."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except OSError:
+        pass
+
+
+def _cuda_version(number: int) -> str:
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def _nvidia_driver_version() -> str | None:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", text)
+    return match[1] if match else None

@@ -1,0 +1,67 @@
+"""The worker process: time limits, crashes, and output kept away from the grader's terminal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from autograder.errors import KernelFault, KernelTimeout
+from autograder.isolation import Worker
+
+
+def backend_name(backend) -> str:
+    return backend.name
+
+
+def sleep_forever(backend) -> None:
+    while True:
+        time.sleep(1)
+
+
+def segfault(backend) -> None:
+    print("about to crash", flush=True)
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def chatter(backend) -> str:
+    print("to stdout", flush=True)
+    print("to stderr", file=sys.stderr, flush=True)
+    os.write(2, b"straight to fd 2\n")
+    return "done"
+
+
+@pytest.fixture
+def worker():
+    with Worker("cpu") as worker:
+        yield worker
+
+
+def test_a_call_runs_in_the_child_with_the_backend(worker: Worker) -> None:
+    assert worker.call(backend_name, timeout=30) == "cpu"
+    assert worker.device.backend == "cpu"
+
+
+def test_a_hang_is_stopped_and_the_next_call_gets_a_fresh_worker(worker: Worker) -> None:
+    started = time.monotonic()
+    with pytest.raises(KernelTimeout, match="1 s limit"):
+        worker.call(sleep_forever, timeout=1)
+    assert time.monotonic() - started < 10
+    assert worker.call(backend_name, timeout=30) == "cpu"
+    assert worker.restarts == 1
+
+
+def test_a_crash_is_a_fault_that_names_the_signal_and_keeps_the_output(worker: Worker) -> None:
+    with pytest.raises(KernelFault, match="SIGSEGV") as caught:
+        worker.call(segfault, timeout=30)
+    assert "about to crash" in str(caught.value)
+    assert worker.call(backend_name, timeout=30) == "cpu"
+
+
+def test_the_child_writes_nothing_to_the_grader_terminal(worker: Worker, capfd: pytest.CaptureFixture) -> None:
+    assert worker.call(chatter, timeout=30) == "done"
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
