@@ -11,9 +11,10 @@ kernel's printf and the driver's complaints are kept for the error message inste
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -35,7 +36,7 @@ class Worker:
     def __init__(self, backend: str = "auto", options: dict[str, Any] | None = None) -> None:
         self.backend_name = backend
         self.options = dict(options or {})
-        self._process: multiprocessing.process.BaseProcess | None = None
+        self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
         self._log = Path(tempfile.mkstemp(prefix="autograder-worker-", suffix=".log")[1])
         self._device: DeviceInfo | None = None
@@ -62,30 +63,39 @@ class Worker:
         return self._receive(timeout, what=getattr(fn, "__name__", "call"))
 
     def close(self) -> None:
-        if self._process is not None and self._process.is_alive():
+        if self._alive():
             try:
-                assert self._connection is not None
+                assert self._connection is not None and self._process is not None
                 self._connection.send(None)
-                self._process.join(timeout=5)
-            except (OSError, EOFError, BrokenPipeError):
+                self._process.wait(timeout=5)
+            except (OSError, EOFError, subprocess.TimeoutExpired):
                 pass
         self._stop()
         self._log.unlink(missing_ok=True)
 
+    def _alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
     def _ensure_started(self) -> None:
-        if self._process is not None and self._process.is_alive():
+        if self._alive():
             return
         self._stop()
         if self._device is not None:
             self.restarts += 1  # it ran before: a timeout or a crash stopped it
-        context = multiprocessing.get_context("spawn")
-        parent, child = context.Pipe()
-        self._process = context.Process(
-            target=_serve, args=(child, self.backend_name, self.options, str(self._log)), daemon=True
-        )
-        self._process.start()
-        child.close()
-        self._connection = parent
+        # A fresh interpreter running this module, rather than multiprocessing's spawn, which would import the
+        # caller's main script again (a script or notebook without a __main__ guard would run twice).
+        ours, theirs = socket.socketpair()
+        with open(self._log, "ab") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "autograder.isolation", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        theirs.close()
+        self._connection = Connection(ours.detach())
+        self._connection.send((sys.path, self.backend_name, self.options))
         self._device = self._receive(STARTUP_SECONDS, what="starting the backend")
 
     def _receive(self, timeout: float, what: str) -> Any:
@@ -93,15 +103,17 @@ class Worker:
         try:
             ready = self._connection.poll(timeout)
         except (OSError, EOFError):
-            ready = True  # the child closed the pipe: reading below finds out why
+            ready = True  # the child closed its end: reading below finds out why
         if not ready:
             self._stop()
             raise KernelTimeout(f"{what} ran past its {timeout:g} s limit and was stopped (a hang or a spin-wait?)")
         try:
             status, payload = self._connection.recv()
         except (EOFError, OSError):
-            self._process.join(timeout=5)
-            code = self._process.exitcode
+            try:
+                code = self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
             self._stop()
             raise KernelFault(f"the worker died during {what}: {_describe_exit(code)}{self._log_tail()}") from None
         if status == "error":
@@ -119,9 +131,9 @@ class Worker:
 
     def _stop(self) -> None:
         if self._process is not None:
-            if self._process.is_alive():
+            if self._process.poll() is None:
                 self._process.kill()
-            self._process.join(timeout=10)
+            self._process.wait(timeout=10)
         if self._connection is not None:
             self._connection.close()
         self._process = None
@@ -139,11 +151,10 @@ def _describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def _serve(connection: Connection, backend_name: str, options: dict[str, Any], log_path: str) -> None:
+def _serve(connection: Connection) -> None:
     """The child's loop: build the backend, then run calls until told to stop."""
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+    sys_path, backend_name, options = connection.recv()
+    sys.path[:] = sys_path  # so functions of the caller's modules (a test's, a benchmark's) can be unpickled
     try:
         backend = create_backend(backend_name, **options)
         connection.send(("ok", backend.device()))
@@ -166,7 +177,10 @@ def _serve(connection: Connection, backend_name: str, options: dict[str, Any], l
         except GraderError as error:
             connection.send(("error", error))
         except Exception as error:
-            connection.send(
-                ("error", GraderError(f"internal error in {fn.__name__}: {error!r}\n{traceback.format_exc()}"))
-            )
+            report = f"internal error in {fn.__name__}: {error!r}\n{traceback.format_exc()}"
+            connection.send(("error", GraderError(report)))
     backend.close()
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))

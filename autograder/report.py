@@ -31,7 +31,7 @@ def verdict(stage: StageResult) -> str:
 
 def student_table(result: StudentResult) -> Table:
     table = Table(title=f"{result.student}: {result.total:g} / {result.max_total:g} points", title_justify="left")
-    for column in ("stage", "verdict", "cases", "time", "speedup", "points", "what to do"):
+    for column in ("stage", "verdict", "cases", "time", "speedup", "points"):
         table.add_column(column, overflow="fold")
     for stage in result.stages:
         yours = next((t for t in stage.performance.timings if t.label == "yours"), None)
@@ -43,39 +43,68 @@ def student_table(result: StudentResult) -> Table:
             f"[{STATUS_STYLE[stage.status]}]{verdict(stage)}[/]",
             f"{passed}/{len(stage.cases)}" if stage.cases else "-",
             f"{yours.median_ms * 1e3:.0f} us" if yours else "-",
-            (f"{speedup:.2f}x" + (f" (≥{required:.2f}x)" if required else "")) if speedup else "-",
+            (f"{speedup:.2f}x" + (f" (needs {required:.2f}x)" if required else "")) if speedup else "-",
             f"{stage.points.total:g}/{stage.points.max_points:g}" if stage.points else "-",
-            _advice(stage),
         )
     return table
 
 
-def _advice(stage: StageResult) -> str:
-    if stage.status is Status.CORRECT and not stage.findings:
-        return "" if stage.performance.verdict is not PerfVerdict.TOO_SLOW else stage.performance.reason
-    parts = [stage.message]
+def stage_details(stage: StageResult) -> list[str]:
+    """What went wrong in a stage and what to do, one line each; nothing for a clean, fast stage."""
+    lines = []
+    if stage.status not in (Status.CORRECT, Status.NOT_ATTEMPTED):
+        lines.append(stage.message)
     if stage.hint:
-        parts.append(stage.hint)
-    for finding in stage.findings[:3]:
-        where = f" (line {finding.line})" if finding.line else ""
-        parts.append(f"{finding.kind}{where}: {finding.message}")
-    return "\n".join(parts)
+        lines.append(f"hint: {stage.hint}")
+    for finding in stage.findings:
+        where = f"line {finding.line}: " if finding.line else ""
+        lines.append(f"{finding.kind}: {where}{finding.message}")
+    if stage.performance.verdict is PerfVerdict.TOO_SLOW:
+        lines.append(f"too slow: {stage.performance.reason}")
+    return lines
+
+
+SHORT_STATUS = {
+    Status.CORRECT: "ok",
+    Status.INCORRECT: "wrong",
+    Status.COMPILE_ERROR: "compile",
+    Status.TIMEOUT: "timeout",
+    Status.CRASHED: "crash",
+    Status.INVALID_CELL: "cell?",
+    Status.NOT_ATTEMPTED: "-",
+}
+SHORT_SPEED = {PerfVerdict.FAST_ENOUGH: " fast", PerfVerdict.TOO_SLOW: " slow", PerfVerdict.NOT_MEASURED: ""}
+
+
+def short_verdict(stage: StageResult) -> str:
+    """A stage's verdict in a table cell: status, speed where measured, and a mark (!) for findings."""
+    text = SHORT_STATUS[stage.status]
+    if stage.status is Status.CORRECT:
+        text += SHORT_SPEED[stage.performance.verdict]
+    return text + (" !" if stage.findings else "")
 
 
 def class_table(results: tuple[StudentResult, ...]) -> Table:
-    table = Table(title="Class results", title_justify="left")
-    table.add_column("student")
+    table = Table(title="Class results", title_justify="left", caption=CLASS_LEGEND, caption_justify="left")
+    table.add_column("student", overflow="fold")
     table.add_column("total", justify="right")
     for stage_id in REQUIRED_STAGE_IDS:
-        table.add_column(stage_id, overflow="fold")
+        table.add_column(str(get_stage(stage_id).number), no_wrap=True)
     for result in results:
         by_id = {stage.stage: stage for stage in result.stages}
         cells = []
         for stage_id in REQUIRED_STAGE_IDS:
             stage = by_id.get(stage_id)
-            cells.append(f"[{STATUS_STYLE[stage.status]}]{verdict(stage)}[/]" if stage else "-")
+            cells.append(f"[{STATUS_STYLE[stage.status]}]{short_verdict(stage)}[/]" if stage else "-")
         table.add_row(result.student, f"{result.total:g}/{result.max_total:g}", *cells)
     return table
+
+
+CLASS_LEGEND = (
+    "Columns are stages: "
+    + ", ".join(f"{get_stage(s).number} {s}" for s in REQUIRED_STAGE_IDS)
+    + ".\nok = correct, fast/slow = speed verdict, ! = races or bounds findings, - = not attempted."
+)
 
 
 def class_summary(results: tuple[StudentResult, ...], failures: tuple[tuple[str, str], ...]) -> str:
@@ -96,6 +125,12 @@ def class_summary(results: tuple[StudentResult, ...], failures: tuple[tuple[str,
 def print_student(result: StudentResult, console: Console | None = None) -> None:
     console = console or Console()
     console.print(student_table(result))
+    for stage in result.stages:
+        details = stage_details(stage)
+        if details:
+            console.print(f"[bold]{get_stage(stage.stage).title}[/]")
+            for line in details:
+                console.print(f"  {line}", markup=False, highlight=False)
     for problem in result.problems:
         console.print(f"[yellow]problem:[/] {problem}")
     console.print(f"seed {result.seed}, {result.device.name} ({result.device.backend} backend)")

@@ -149,11 +149,11 @@ def hint(stage: Stage, cases: tuple[CaseResult, ...], block_size: int) -> str | 
     failed = [case for case in cases if not case.passed]
     if not failed:
         return None
-    if any(case.got is not None and math.isnan(case.got) for case in failed):
+    if any(case.got is not None and not math.isfinite(case.got) for case in failed):
         return (
-            "some results are NaN: the kernel read past the end of its input (the grader puts NaN or +inf "
-            "there) or left part of its output unwritten; check your bounds and that every block writes "
-            "its result"
+            "some results are NaN or infinite: the kernel read past the end of its input (the grader puts NaN "
+            "there for a sum, +inf for a max) or left part of its output unwritten; check your bounds and that "
+            "every output element is written"
         )
     if len(failed) == len(cases):
         return "wrong for every size: check the reduction itself and where each block writes its result"
@@ -182,7 +182,7 @@ def _sum_hint(stage: Stage, failed: list[CaseResult], cases: tuple[CaseResult, .
             "integer inputs sum exactly but random floats are off by more than float32 rounding allows: "
             "some values are skipped, counted twice or rescaled"
         )
-    sizes = ", ".join(str(case.size[0]) for case in failed[:6])
+    sizes = ", ".join(str(n) for n in sorted({case.size[0] for case in failed})[:6])
     return f"wrong for n = {sizes}: compare those sizes with the block size ({block_size}) and your bounds checks"
 
 
@@ -196,5 +196,5 @@ def _max2d_hint(failed: list[CaseResult], cases: tuple[CaseResult, ...]) -> str:
         )
     if all(1 in case.size for case in failed):
         return "wrong for a single row or column: a side of 1 must stay 1, not become 0"
-    shapes = ", ".join(case.label for case in failed[:6])
+    shapes = ", ".join(sorted({f"{case.size[0]}x{case.size[1]}" for case in failed})[:6])
     return f"wrong for {shapes}"
