@@ -7,6 +7,7 @@ cells, so all of them give the same verdicts and points.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -208,7 +209,8 @@ class _StageGrader:
         findings = {(f.kind, f.line): f for f in result.findings}
         try:
             for case in analysis_cases(stage, self.options.seed):
-                _, seen = self._checker.call(run_case, stage.id, source, case, self.rubric.block_size, timeout=60)
+                limit = self.options.case_seconds
+                _, seen = self._checker.call(run_case, stage.id, source, case, self.rubric.block_size, timeout=limit)
                 findings.update({(f.kind, f.line): f for f in seen})
         except KernelFault as error:
             findings.update({(f.kind, f.line): f for f in error.findings})
@@ -262,13 +264,17 @@ class _StageGrader:
         required = self.rubric.required_speedup(self.calibration().step(stage.id)) if baseline else None
         versus = yours.median_ms / reference.median_ms
         allowed = self.rubric.max_time_vs_reference
-        fast = versus <= allowed and (required is None or (speedup is not None and speedup >= required))
+        fast_enough = versus <= allowed
         parts = []
         if speedup is not None and required is not None:
+            # A speedup counts unless it falls short by more than the rubric's multiple of its own uncertainty:
+            # the relative standard errors of the two timings, combined.
+            uncertainty = math.hypot(yours.rse, timings[1].rse)
+            fast_enough = fast_enough and speedup >= required * (1 - self.rubric.noise_allowance * uncertainty)
             parts.append(f"{speedup:.2f}x over {baseline} (needs {required:.2f}x)")
         parts.append(f"{versus:.2f}x the reference's time (at most {allowed:.2f}x)")
         return Performance(
-            verdict=PerfVerdict.FAST_ENOUGH if fast else PerfVerdict.TOO_SLOW,
+            verdict=PerfVerdict.FAST_ENOUGH if fast_enough else PerfVerdict.TOO_SLOW,
             reason="; ".join(parts),
             timings=timings,
             speedup=speedup,

@@ -11,6 +11,7 @@ kernel's printf and the driver's complaints are kept for the error message inste
 
 from __future__ import annotations
 
+import importlib
 import signal
 import socket
 import subprocess
@@ -59,7 +60,7 @@ class Worker:
         """`fn(backend, *args)` in the child, within `timeout` seconds. `fn` must be a module-level function."""
         self._ensure_started()
         assert self._connection is not None
-        self._connection.send((fn, args))
+        self._connection.send((_importable(fn), args))
         return self._receive(timeout, what=getattr(fn, "__name__", "call"))
 
     def close(self) -> None:
@@ -140,6 +141,17 @@ class Worker:
         self._connection = None
 
 
+def _importable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, or for a function of a script run as `__main__`, the same function of that script imported as a
+    module, which the worker can find by name (the script's folder is on the path it is given)."""
+    if getattr(fn, "__module__", None) != "__main__":
+        return fn
+    script = getattr(sys.modules["__main__"], "__file__", None)
+    if script is None:
+        raise GraderError(f"{fn.__name__} is defined in an interactive session: define it in a module")
+    return getattr(importlib.import_module(Path(script).stem), fn.__name__)
+
+
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "it did not exit"
@@ -164,22 +176,27 @@ def _serve(connection: Connection) -> None:
     except Exception as error:  # a bug in a backend: report it rather than die silently
         connection.send(("error", GraderError(f"the backend failed to start: {error!r}\n{traceback.format_exc()}")))
         return
-    while True:
-        try:
-            message = connection.recv()
-        except EOFError:
-            break
-        if message is None:
-            break
-        fn, args = message
-        try:
-            connection.send(("ok", fn(backend, *args)))
-        except GraderError as error:
-            connection.send(("error", error))
-        except Exception as error:
-            report = f"internal error in {fn.__name__}: {error!r}\n{traceback.format_exc()}"
-            connection.send(("error", GraderError(report)))
-    backend.close()
+    try:
+        while True:
+            try:
+                message = connection.recv()
+            except EOFError:
+                break
+            except Exception as error:  # a call that cannot be unpickled here
+                connection.send(("error", GraderError(f"the worker cannot take this call: {error!r}")))
+                continue
+            if message is None:
+                break
+            fn, args = message
+            try:
+                connection.send(("ok", fn(backend, *args)))
+            except GraderError as error:
+                connection.send(("error", error))
+            except Exception as error:
+                report = f"internal error in {fn.__name__}: {error!r}\n{traceback.format_exc()}"
+                connection.send(("error", GraderError(report)))
+    finally:
+        backend.close()  # a CUDA context left on the stack aborts the interpreter at exit
 
 
 if __name__ == "__main__":

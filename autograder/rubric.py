@@ -28,6 +28,7 @@ class Rubric:
     timing: TimingSettings
     gain_fraction: float
     max_time_vs_reference: float
+    noise_allowance: float  # how many standard errors a speedup may fall short of the required one
     penalties: dict[str, float]
     stages: dict[str, StagePoints]
 
@@ -84,6 +85,7 @@ def _parse(path: Path, data: dict) -> Rubric:
         timing=timing,
         gain_fraction=float(speed.get("gain_fraction", 0.5)),
         max_time_vs_reference=float(speed.get("max_time_vs_reference", 1.25)),
+        noise_allowance=float(speed.get("noise_allowance", 3.0)),
         penalties=penalties,
         stages=stages,
     )

@@ -1,0 +1,346 @@
+"""The CPU backend: the student's unchanged CUDA C, compiled by g++, run as fibers, every access checked.
+
+See `runtime/ag_runtime.cpp` for the scheduler and the race checker, and `compiler.py` for the builds. This
+module is the Backend interface on top: buffers, launches, findings with notebook lines, and metrics.
+
+Launches run synchronously in this process. Student code can crash or loop forever, so the grader runs this
+backend inside `autograder.isolation.Worker`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from autograder.backends.base import Backend, Buffer, Kernel, KernelMetrics, LineMetric
+from autograder.backends.cpu.compiler import Toolchain, addr2line, compile_kernel, prepare_toolchain
+from autograder.errors import KernelFault
+from autograder.records import FINDING_KINDS, DeviceInfo, Finding, KernelSource
+from autograder.stages import Stage
+
+SCHEDULES = ("run_until_blocked", "lockstep", "reversed", "random")
+# The runtime's finding codes are the first seven FINDING_KINDS, in order.
+RUNTIME_KINDS = FINDING_KINDS[:7]
+# Launches with more threads than this check only their first and last SAMPLE_BLOCKS blocks; the blocks
+# between run the plain build. Every race and bounds error of the reference-style kernels shows in those.
+FULL_CHECK_THREADS = 1 << 20
+SAMPLE_BLOCKS = 64
+METRICS_BLOCKS = 4  # blocks per launch that feed the bank-conflict and divergence metrics
+
+
+# Kernel ids are unique in the process, because every backend with the same fibers shares one runtime.
+_KERNEL_IDS = itertools.count(1)
+
+
+class _Launch(ctypes.Structure):
+    _fields_ = [
+        ("checked", ctypes.c_void_p),
+        ("fast", ctypes.c_void_p),
+        ("args", ctypes.POINTER(ctypes.c_void_p)),
+        ("nargs", ctypes.c_int),
+        ("grid", ctypes.c_uint * 2),
+        ("block", ctypes.c_uint * 2),
+        ("shared_bytes", ctypes.c_ulonglong),
+        ("kernel_id", ctypes.c_int),
+        ("schedule", ctypes.c_int),
+        ("seed", ctypes.c_ulonglong),
+    ]
+
+
+class _Finding(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("line", ctypes.c_int),
+        ("pc", ctypes.c_uint),
+        ("kernel_id", ctypes.c_int),
+        ("thread", ctypes.c_char * 64),
+        ("message", ctypes.c_char * 512),
+    ]
+
+
+class _Metric(ctypes.Structure):
+    _fields_ = [
+        ("kernel_id", ctypes.c_int),
+        ("pc", ctypes.c_uint),
+        ("requests", ctypes.c_ulonglong),
+        ("transactions", ctypes.c_ulonglong),
+    ]
+
+
+@dataclass
+class _CompiledKernel:
+    """What `Kernel.handle` holds on the CPU backend."""
+
+    id: int
+    name: str
+    source: KernelSource
+    checked_library: Path
+    checked: ctypes.CDLL
+    fast: ctypes.CDLL
+    parameter_names: tuple[str, ...]
+    dynamic_shared_names: tuple[str, ...]
+    device_variables: bool
+    lines: dict[int, int | None] = field(default_factory=dict)  # code offset -> kernel-source line
+
+    def source_lines(self, offsets: list[int]) -> dict[int, int | None]:
+        missing = [offset for offset in set(offsets) if offset not in self.lines]
+        self.lines.update(addr2line(self.checked_library, missing))
+        return {offset: self.lines[offset] for offset in offsets}
+
+
+class CpuBackend(Backend):
+    """Runs CUDA C kernels on the CPU, one block after another, with race, bounds and deadlock checks.
+
+    schedule: the order fibers run in: "run_until_blocked" (default: each thread runs until a barrier or a
+        warp collective), "lockstep" (threads take turns at every shared-memory access, as a warp does on old
+        GPUs), "reversed" or "random" (seeded by `seed`). The race report does not depend on it; the output
+        of racy code does.
+    checks: run the instrumented build and report findings. Without checks every launch runs the plain build.
+    fibers: "auto" (Boost.Context where it is installed, else ucontext), "boost.context" or "ucontext";
+        the environment variable AUTOGRADER_CPU_FIBERS sets the default.
+    cache_dir: where builds are cached (default `$XDG_CACHE_HOME/autograder/cpu`).
+    """
+
+    name = "cpu"
+    measures_performance = False
+
+    def __init__(
+        self,
+        schedule: str = "run_until_blocked",
+        seed: int = 0,
+        checks: bool = True,
+        fibers: str | None = None,
+        cache_dir: str | Path | None = None,
+    ) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {schedule!r}")
+        self.schedule = schedule
+        self.checks = checks
+        fibers = fibers or os.environ.get("AUTOGRADER_CPU_FIBERS", "auto")
+        self.toolchain: Toolchain = prepare_toolchain(fibers, Path(cache_dir) if cache_dir else None)
+        # RTLD_GLOBAL is not needed: each kernel library names the runtime as a dependency.
+        self._runtime = ctypes.CDLL(str(self.toolchain.runtime))
+        self._declare_runtime()
+        self._runtime.ag_configure(METRICS_BLOCKS, FULL_CHECK_THREADS, SAMPLE_BLOCKS)
+        self.seed = seed
+        self._launches = 0
+        self._kernels: dict[int, _CompiledKernel] = {}
+        self._findings: dict[tuple[str, int | None, str | None], Finding] = {}
+        self._views: dict[int, np.ndarray] = {}
+
+    @property
+    def fibers(self) -> str:
+        return self._runtime.ag_fibers().decode()
+
+    def _declare_runtime(self) -> None:
+        rt = self._runtime
+        rt.ag_fibers.restype = ctypes.c_char_p
+        rt.ag_error.restype = ctypes.c_char_p
+        rt.ag_configure.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_int]
+        rt.ag_alloc.restype = ctypes.c_void_p
+        rt.ag_alloc.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
+        rt.ag_free.argtypes = [ctypes.c_void_p]
+        rt.ag_launch.argtypes = [ctypes.POINTER(_Launch)]
+        rt.ag_finding.restype = ctypes.POINTER(_Finding)
+        rt.ag_finding.argtypes = [ctypes.c_int]
+        rt.ag_metrics.argtypes = [ctypes.c_int, ctypes.POINTER(_Metric), ctypes.c_int]
+        counter = ctypes.POINTER(ctypes.c_ulonglong)
+        rt.ag_divergence.argtypes = [ctypes.c_int, counter, counter]
+
+    def device(self) -> DeviceInfo:
+        return DeviceInfo(
+            backend="cpu",
+            name=f"CPU backend (g++ {self.toolchain.version}, {self.fibers})",
+            versions=(("g++", self.toolchain.version), ("fibers", self.fibers)),
+        )
+
+    # -- compiling ------------------------------------------------------------------------------------------
+
+    def compile(self, source: KernelSource, stage: Stage) -> Kernel:
+        build = compile_kernel(self.toolchain, source, stage)
+        kernel_id = next(_KERNEL_IDS)
+        compiled = _CompiledKernel(
+            id=kernel_id,
+            name=stage.kernel_name,
+            source=source,
+            checked_library=build.checked,
+            checked=ctypes.CDLL(str(build.checked)),
+            fast=ctypes.CDLL(str(build.fast)),
+            parameter_names=build.parameter_names,
+            dynamic_shared_names=build.dynamic_shared_names,
+            device_variables=build.device_variables,
+        )
+        self._kernels[kernel_id] = compiled
+        return Kernel(stage=stage, source=source, handle=compiled, warnings=build.warnings)
+
+    # -- memory ---------------------------------------------------------------------------------------------
+
+    def alloc(self, count: int, guard: int = 0) -> Buffer:
+        address = self._runtime.ag_alloc(count, guard)
+        if not address:
+            raise MemoryError(f"the CPU backend could not map {count + guard} floats")
+        view = np.ctypeslib.as_array((ctypes.c_float * (count + guard)).from_address(address))
+        self._views[address] = view
+        return Buffer(count=count, guard=guard, handle=address)
+
+    def _view(self, buffer: Buffer) -> np.ndarray:
+        return self._views[buffer.handle]
+
+    def write(self, buffer: Buffer, host: np.ndarray, offset: int = 0) -> None:
+        data = np.asarray(host, dtype=np.float32).ravel()
+        self._view(buffer)[offset : offset + data.size] = data
+
+    def download(self, buffer: Buffer, count: int | None = None) -> np.ndarray:
+        view = self._view(buffer)
+        return view[: buffer.physical_count if count is None else count].copy()
+
+    def fill(self, buffer: Buffer, value: float, start: int = 0, count: int | None = None) -> None:
+        end = buffer.physical_count if count is None else start + count
+        self._view(buffer)[start:end] = value
+
+    def free(self, buffer: Buffer) -> None:
+        if self._views.pop(buffer.handle, None) is not None:
+            self._runtime.ag_free(buffer.handle)
+
+    # -- running --------------------------------------------------------------------------------------------
+
+    def launch(
+        self,
+        kernel: Kernel,
+        grid: tuple[int, int],
+        block: tuple[int, int],
+        shared_bytes: int,
+        args: tuple[Buffer | int, ...],
+    ) -> None:
+        compiled: _CompiledKernel = kernel.handle
+        # Every argument gets 8 bytes of storage: the runtime reads each one as a pointer to find the buffers.
+        storage = [ctypes.c_uint64(a.handle if isinstance(a, Buffer) else int(a)) for a in args]
+        pointers = (ctypes.c_void_p * len(args))(*(ctypes.addressof(s) for s in storage))
+        checked_entry = ctypes.cast(compiled.checked["__ag_entry"], ctypes.c_void_p).value
+        fast_entry = ctypes.cast(compiled.fast["__ag_entry"], ctypes.c_void_p).value
+        launch = _Launch(
+            checked=checked_entry if self.checks else None,
+            # Each build has its own copy of a __device__ variable, so such a kernel runs one build throughout.
+            fast=None if self.checks and compiled.device_variables else fast_entry,
+            args=pointers,
+            nargs=len(args),
+            grid=(ctypes.c_uint * 2)(*grid),
+            block=(ctypes.c_uint * 2)(*block),
+            shared_bytes=shared_bytes,
+            kernel_id=compiled.id,
+            schedule=SCHEDULES.index(self.schedule),
+            # Each launch its own random order, reproducible from the backend's seed.
+            seed=(self.seed * 1_000_003 + self._launches) & 0xFFFFFFFFFFFFFFFF,
+        )
+        self._launches += 1
+        status = self._runtime.ag_launch(ctypes.byref(launch))
+        if status < 0:
+            raise KernelFault(f"{compiled.name}: {self._runtime.ag_error().decode()}")
+        new = self._collect_findings()
+        if status == 1:
+            # The fault carries the deadlock; findings() keeps only what no exception reported.
+            deadlocks = tuple(f for f in new if f.kind == "deadlock")
+            for finding in deadlocks:
+                self._findings.pop((finding.kind, finding.line, finding.kernel), None)
+            raise KernelFault(f"{compiled.name} deadlocked: {deadlocks[0].message if deadlocks else ''}", deadlocks)
+
+    def synchronize(self) -> None:
+        """Launches run synchronously; there is nothing to wait for."""
+
+    def elapsed_ms(self, work: Callable[[], None]) -> float:
+        start = time.perf_counter()
+        work()
+        return (time.perf_counter() - start) * 1000.0
+
+    # -- findings and metrics -------------------------------------------------------------------------------
+
+    def _collect_findings(self) -> list[Finding]:
+        raw = [self._runtime.ag_finding(i).contents for i in range(self._runtime.ag_finding_count())]
+        records = [(r.kind, r.line, r.pc, r.kernel_id, r.thread.decode(), r.message.decode()) for r in raw]
+        self._runtime.ag_clear_findings()
+        new = []
+        for kind, line, pc, kernel_id, thread, message in records:
+            compiled = self._kernels[kernel_id]
+            offsets = [int(x, 16) for x in re.findall(r"\{pc:([0-9a-f]+)\}", message)]
+            if pc:
+                offsets.append(pc)
+            lines = compiled.source_lines(offsets)
+            source_line = lines.get(pc) if pc else (line or None)
+            finding = Finding(
+                kind=RUNTIME_KINDS[kind],
+                message=self._fill_placeholders(message, compiled, lines),
+                line=compiled.source.cell_line(source_line),
+                thread=thread or None,
+                kernel=compiled.name,
+            )
+            key = (finding.kind, finding.line, finding.kernel)
+            if key not in self._findings:
+                self._findings[key] = finding
+            new.append(finding)
+        return new
+
+    @staticmethod
+    def _fill_placeholders(message: str, compiled: _CompiledKernel, lines: dict[int, int | None]) -> str:
+        def line_text(source_line: int | None) -> str:
+            cell_line = compiled.source.cell_line(source_line)
+            return f"line {cell_line}" if cell_line is not None else "an unknown line"
+
+        def substitute(match: re.Match[str]) -> str:
+            what, value = match.group(1), match.group(2)
+            if what == "pc":
+                return line_text(lines.get(int(value, 16)))
+            if what == "line":
+                return line_text(int(value))
+            if what == "arg":
+                index = int(value)
+                names = compiled.parameter_names
+                return names[index] if 0 <= index < len(names) else f"argument {index}"
+            return "/".join(compiled.dynamic_shared_names) or "extern __shared__ memory"
+
+        return re.sub(r"\{(pc|line|arg|dyn)(?::([0-9a-f]+))?\}", substitute, message)
+
+    def findings(self) -> tuple[Finding, ...]:
+        found = tuple(self._findings.values())
+        self._findings.clear()
+        return found
+
+    def metrics(self, kernel: Kernel) -> KernelMetrics | None:
+        compiled: _CompiledKernel = kernel.handle
+        count = self._runtime.ag_metrics(compiled.id, None, 0)
+        records = (_Metric * count)()
+        self._runtime.ag_metrics(compiled.id, records, count)
+        per_pc = [(m.pc, m.requests, m.transactions) for m in records]
+        lines = compiled.source_lines([pc for pc, _, _ in per_pc])
+        per_line: dict[int | None, list[int]] = {}
+        for pc, requests, transactions in per_pc:
+            totals = per_line.setdefault(lines[pc], [0, 0])
+            totals[0] += requests
+            totals[1] += transactions
+        text = compiled.source.text.splitlines()
+        line_metrics = tuple(
+            LineMetric(
+                line=compiled.source.cell_line(line),
+                text=text[line - 1].strip() if line is not None and 0 < line <= len(text) else "",
+                shared_requests=requests,
+                shared_transactions=transactions,
+            )
+            for line, (requests, transactions) in sorted(per_line.items(), key=lambda item: item[0] or 0)
+        )
+        steps, diverged = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+        self._runtime.ag_divergence(compiled.id, ctypes.byref(steps), ctypes.byref(diverged))
+        if not line_metrics and not steps.value:
+            return None
+        return KernelMetrics(lines=line_metrics, divergence=diverged.value / steps.value if steps.value else 0.0)
+
+    def close(self) -> None:
+        for address in list(self._views):
+            self._runtime.ag_free(address)
+        self._views.clear()

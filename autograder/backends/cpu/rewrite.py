@@ -1,0 +1,171 @@
+"""The two source rewrites the CPU backend needs before g++ sees a kernel. Both keep every line where it was.
+
+- `extern __shared__ T name[];` becomes a pointer to the runtime's dynamic shared memory.
+- `__shared__ T name[N];` becomes a static reference into the runtime's shared arena, allocated once per
+  program (per template instantiation), so the race checker sees every shared array in one place.
+
+The rewrite works on tokens outside comments and strings; a declaration it cannot take apart is left to the
+prelude's fallback (`#define __shared__ static`), which runs correctly but unchecked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+# Specifiers that mean nothing on the CPU or that the rewrite supplies itself.
+_DROPPED = re.compile(
+    r"\b(?:__shared__|extern|static)\b"
+    r"|\b(?:__align__|alignas)\s*\([^()]*\)"
+    r"|__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)"
+)
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    text: str
+    dynamic_names: tuple[str, ...]  # the names of extern __shared__ arrays, for messages
+
+
+def blank_comments_and_strings(source: str) -> str:
+    """`source` with comments, string and character literals replaced by spaces (newlines kept)."""
+    out = []
+    i, n = 0, len(source)
+    while i < n:
+        if source.startswith("//", i):
+            j = source.find("\n", i)
+            j = n if j < 0 else j
+        elif source.startswith("/*", i):
+            j = source.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif source[i] in "\"'":
+            quote, j = source[i], i + 1
+            while j < n and source[j] != quote and source[j] != "\n":
+                j += 2 if source[j] == "\\" else 1
+            j = min(j + 1, n)
+        else:
+            out.append(source[i])
+            i += 1
+            continue
+        out.append("".join(c if c == "\n" else " " for c in source[i:j]))
+        i = j
+    return "".join(out)
+
+
+def rewrite_shared(source: str) -> Rewritten:
+    """Rewrite every `__shared__` declaration of `source`, keeping line numbers."""
+    code = blank_comments_and_strings(source)
+    pieces: list[str] = []
+    dynamic: list[str] = []
+    position = 0
+    for match in re.finditer(r"\b__shared__\b", code):
+        if match.start() < position or _in_directive(code, match.start()):
+            continue
+        start = _declaration_start(code, match.start())
+        end = code.find(";", match.end())
+        if end < 0:
+            break
+        replacement = _rewrite_declaration(code[start:end], dynamic)
+        if replacement is None:
+            continue
+        original = source[start : end + 1]
+        pieces.append(source[position:start])
+        pieces.append(replacement + "\n" * original.count("\n"))
+        position = end + 1
+    pieces.append(source[position:])
+    return Rewritten("".join(pieces), tuple(dynamic))
+
+
+def _in_directive(code: str, index: int) -> bool:
+    line_start = code.rfind("\n", 0, index) + 1
+    return code[line_start:index].lstrip().startswith("#")
+
+
+def _declaration_start(code: str, index: int) -> int:
+    """Where the declaration holding `index` begins: after the previous `;`, `{`, `}` or directive line."""
+    i = index
+    while i > 0 and code[i - 1] not in ";{}":
+        if code[i - 1] == "\n":
+            line_start = code.rfind("\n", 0, i - 1) + 1
+            if code[line_start : i - 1].lstrip().startswith("#"):
+                break
+        i -= 1
+    while i < index and code[i].isspace():
+        i += 1
+    return i
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch in "([<":
+            depth += 1
+        elif ch in ")]>":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+def _rewrite_declaration(declaration: str, dynamic: list[str]) -> str | None:
+    is_extern = re.search(r"\bextern\b", declaration) is not None
+    body = " ".join(_DROPPED.sub(" ", declaration).split())
+    declarators = _split_top_level(body)
+    first = declarators[0]
+    bracket = first.find("[")
+    head = first if bracket < 0 else first[:bracket]
+    if "=" in body or "(" in head:
+        return None  # an initialiser or a function pointer: leave it to the fallback
+    names = list(_IDENTIFIER.finditer(head))
+    if len(names) < 2:
+        return None
+    name = names[-1]
+    base_type = head[: name.start()].rstrip()
+    stars = ""
+    while base_type.endswith(("*", "&")):
+        stars = base_type[-1] + stars
+        base_type = base_type[:-1].rstrip()
+    entries = [(stars, name.group(), first[name.end() :].strip())]
+    for other in declarators[1:]:
+        parsed = re.fullmatch(r"\s*([*&\s]*)([A-Za-z_]\w*)\s*(.*?)\s*", other)
+        if parsed is None:
+            return None
+        entries.append((parsed.group(1).replace(" ", ""), parsed.group(2), parsed.group(3)))
+    out = []
+    for pointer, variable, dims in entries:
+        element = f"{base_type}{pointer}"
+        if is_extern:
+            dynamic.append(variable)
+            out.append(f"{element} *const {variable} = reinterpret_cast<{element} *>(__ag_dynamic_shared);")
+        elif dims:
+            out.append(
+                f"static {element} (&{variable}){dims} = *reinterpret_cast<{element} (*){dims}>("
+                f'__ag_static_shared(sizeof({element}{dims}), alignof({element}{dims}), "{variable}"));'
+            )
+        else:
+            out.append(
+                f"static {element} &{variable} = *reinterpret_cast<{element} *>("
+                f'__ag_static_shared(sizeof({element}), alignof({element}), "{variable}"));'
+            )
+    return " ".join(out)
+
+
+def declares_device_variables(source: str) -> bool:
+    """Whether `source` declares a `__device__`, `__constant__` or `__managed__` variable at namespace scope.
+
+    Such a variable lives once per build, so a launch must not mix the instrumented and the plain build.
+    """
+    code = blank_comments_and_strings(source)
+    for match in re.finditer(r"\b(?:__device__|__constant__|__managed__)\b", code):
+        if _in_directive(code, match.start()) or code[: match.start()].count("{") != code[: match.start()].count("}"):
+            continue
+        end = min((i for i in (code.find(";", match.end()), code.find("{", match.end())) if i >= 0), default=-1)
+        declaration = code[match.end() : end]
+        if end >= 0 and "(" not in declaration.split("=")[0]:
+            return True
+    return False

@@ -1,0 +1,980 @@
+// The CPU backend's runtime: it runs a CUDA kernel's blocks one after another on one OS thread, every CUDA
+// thread a fiber, and checks every memory access the instrumented build reports through GCC's
+// ThreadSanitizer hooks (defined at the end of this file; no ThreadSanitizer library is linked).
+//
+// Python drives it through the extern "C" functions marked API. Findings and metrics are kept here until
+// Python reads them. Their messages hold placeholders that only Python can fill in: {pc:HEX} (a code
+// address in the instrumented kernel library, shown as the notebook line), {line:N} (a kernel-source line),
+// {arg:K} (the name of kernel parameter K) and {dyn} (the name of the extern __shared__ array).
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "ag_fiber.h"
+
+struct ag_uint3 {
+    unsigned int x, y, z;
+};
+
+// The runtime is built with hidden visibility, so that two runtimes in one process (Boost and ucontext
+// fibers, say) never share a symbol; only the extern "C" names between these pragmas are exported.
+#pragma GCC visibility push(default)
+// The built-ins the prelude declares const: only the scheduler writes them.
+extern "C" {
+ag_uint3 threadIdx, blockIdx, blockDim, gridDim;
+unsigned char *__ag_dynamic_shared;
+}
+#pragma GCC visibility pop
+
+namespace ag {
+
+constexpr int kMaxThreads = 1024;
+constexpr std::size_t kStackBytes = 64 * 1024;
+constexpr std::size_t kDynamicSharedMax = 228 * 1024;  // an sm_90's opt-in maximum
+// Every static __shared__ array of every kernel loaded into the process (a worker may grade a whole class);
+// address space only: pages are touched as they are used.
+constexpr std::size_t kStaticSharedMax = 32 * 1024 * 1024;
+constexpr std::size_t kArenaBytes = kDynamicSharedMax + kStaticSharedMax;
+constexpr std::size_t kRedZoneBytes = 64 * 1024;  // around each global buffer: out-of-bounds but addressable
+constexpr std::size_t kMaxFindingsPerLaunch = 256;
+
+enum Schedule { RUN_UNTIL_BLOCKED, LOCKSTEP, REVERSED, RANDOM };
+enum Kind { RACE_SYNCTHREADS, RACE_SYNCWARP, RACE_INTERBLOCK, OUT_OF_BOUNDS, UNINITIALISED_READ, DEADLOCK,
+            INACTIVE_LANE };
+enum Wait : std::uint8_t { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
+// Warp collective codes, as in ag_prelude.h.
+enum { SYNCWARP, SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, REDUCE_ADD, REDUCE_MIN, REDUCE_MAX };
+enum { A_ADD, A_SUB, A_EXCH, A_MIN, A_MAX, A_CAS, A_AND, A_OR, A_XOR, A_INC, A_DEC };
+enum { T_INT, T_UNSIGNED, T_FLOAT, T_DOUBLE };
+
+}  // namespace ag
+
+extern "C" {
+// API records, mirrored by ctypes structures in backend.py.
+struct AgLaunch {
+    void (*checked)(void **);  // the instrumented build's entry; null to run unchecked
+    void (*fast)(void **);     // the plain build's entry; null when there is none
+    void **args;
+    int nargs;
+    unsigned int grid[2];
+    unsigned int block[2];
+    unsigned long long shared_bytes;
+    int kernel_id;  // unique in the process: every backend in it shares this runtime
+    int schedule;   // ag::Schedule
+    unsigned long long seed;
+};
+struct AgFinding {
+    int kind;
+    int line;         // kernel-source line, or 0
+    unsigned int pc;  // offset in the instrumented library, or 0
+    int kernel_id;
+    char thread[64];
+    char message[512];
+};
+struct AgMetric {
+    int kernel_id;
+    unsigned int pc;
+    unsigned long long requests;
+    unsigned long long transactions;
+};
+}
+
+namespace ag {
+
+// One access as the race checker remembers it.
+struct Access {
+    std::uint32_t thread;  // launch-wide thread number + 1 (0: none); top bit: atomic
+    std::uint32_t epoch;   // the block's barrier count at the access
+    std::uint32_t clock;   // the thread's own warp clock at the access
+    std::uint32_t pc;
+};
+// The shadow of one 4-byte word. `gen` says which block (shared) or launch (global) it belongs to, so no
+// shadow ever needs clearing.
+struct Cell {
+    std::uint32_t gen;
+    Access write;
+    Access read[2];
+};
+
+struct Buffer {
+    char *zone_lo;  // start of the leading red zone
+    std::size_t zone_span;
+    char *data;
+    std::size_t count, guard;  // float32 values the kernel may use, then the guard tail
+    std::size_t map_bytes;
+    Cell *cells = nullptr;  // shadow of count + guard words, mapped on first checked use
+    int arg = -1;           // kernel parameter index in the current launch
+};
+
+struct StaticShared {
+    std::size_t offset, size;
+    const char *name;  // the variable's name, a string literal in the kernel library
+};
+
+struct Thread {
+    Wait wait;
+    int line;  // where it waits
+    int op;
+    ag_uint3 idx;
+    unsigned int tid, lane, warp;
+    std::uint32_t clock[32];  // a vector clock over the lanes of its warp
+    unsigned int mask;
+    unsigned long long value, result;
+    int arg, width;
+    std::uint64_t path;  // hash of the basic blocks run since the last barrier (divergence metric)
+    bool ran;
+    std::uint64_t last_global_write, last_fence;  // sequence numbers, for __threadfence()
+};
+
+struct MetricKey {
+    int kernel_id;
+    unsigned int pc;
+    bool operator<(const MetricKey &o) const { return kernel_id != o.kernel_id ? kernel_id < o.kernel_id : pc < o.pc; }
+};
+struct SharedRecord {
+    unsigned int pc, seq, warp, word;
+};
+
+struct State {
+    // configuration
+    Schedule schedule = RUN_UNTIL_BLOCKED;
+    std::mt19937_64 rng{0};
+    int metrics_blocks = 4;
+    long long full_check_threads = 1 << 20;
+    int sample_blocks = 64;
+    // memory
+    unsigned char *arena = nullptr;
+    Cell *arena_cells = nullptr;
+    std::size_t static_used = 0;
+    std::vector<StaticShared> statics;
+    std::unordered_map<void *, Buffer *> buffers;
+    Buffer *active[8];
+    int nactive = 0;
+    char *stacks = nullptr;
+    // the launch
+    AgLaunch launch{};
+    unsigned int nthreads = 0;
+    std::uint32_t launch_gen = 0, block_gen = 0;
+    std::uintptr_t pc_base = 0;
+    bool checking = false;   // this block runs the instrumented build
+    bool measuring = false;  // this block feeds the metrics
+    std::uint32_t block_linear = 0;
+    std::uint64_t sequence_number = 0;
+    // Threads whose last global write was followed by a __threadfence(): other blocks may read what they
+    // wrote (the last-block pattern: write, fence, atomic ticket). One bit per thread of the launch.
+    std::vector<std::uint64_t> published;
+    bool block_acquired = false;  // this block has done an atomic on global memory
+    // the block
+    Thread threads[kMaxThreads];
+    Fiber fibers[kMaxThreads];
+    int current = 0;
+    std::uint32_t epoch = 0;
+    std::vector<int> order;
+    // results
+    std::vector<AgFinding> findings;
+    std::unordered_set<std::uint64_t> seen;
+    std::map<MetricKey, std::pair<unsigned long long, unsigned long long>> metrics;
+    std::map<int, std::pair<unsigned long long, unsigned long long>> divergence;
+    std::vector<SharedRecord> records;
+    std::unordered_map<std::uint64_t, unsigned int> sequence;
+    std::string error;
+};
+State g;
+
+Thread &me() { return g.threads[g.current]; }
+
+std::uint32_t pc_offset(void *return_address) {
+    return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(return_address) - g.pc_base - 1);
+}
+
+std::string describe_thread(const Thread &t) {
+    char text[64];
+    std::snprintf(text, sizeof text, "block (%u,%u,0) thread (%u,%u,0)", blockIdx.x, blockIdx.y, t.idx.x, t.idx.y);
+    return text;
+}
+
+void report(int kind, int line, std::uint32_t pc, const std::string &thread, const std::string &message) {
+    // One report per kind and place; Python merges places that share a source line.
+    std::uint64_t key = (static_cast<std::uint64_t>(kind) << 40) | (static_cast<std::uint64_t>(line) << 32) | pc;
+    if (!g.seen.insert(key).second) return;
+    if (g.findings.size() >= kMaxFindingsPerLaunch) return;
+    AgFinding f{};
+    f.kind = kind;
+    f.line = line;
+    f.pc = pc;
+    f.kernel_id = g.launch.kernel_id;
+    std::snprintf(f.thread, sizeof f.thread, "%s", thread.c_str());
+    std::snprintf(f.message, sizeof f.message, "%s", message.c_str());
+    g.findings.push_back(f);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Memory: global buffers with red zones, and the shared arena (dynamic part first, then static arrays).
+
+void *map_memory(std::size_t bytes) {
+    void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+}
+
+bool ensure_arena() {
+    if (g.arena) return true;
+    g.arena = static_cast<unsigned char *>(map_memory(kArenaBytes));
+    g.arena_cells = static_cast<Cell *>(map_memory(kArenaBytes / 4 * sizeof(Cell)));
+    // Each fiber's stack sits above a guard page, so an overflow faults instead of corrupting a neighbour.
+    const std::size_t slot = kStackBytes + 4096;
+    g.stacks = static_cast<char *>(map_memory(slot * kMaxThreads));
+    if (!g.arena || !g.arena_cells || !g.stacks) return false;
+    for (int i = 0; i < kMaxThreads; ++i) mprotect(g.stacks + i * slot, 4096, PROT_NONE);
+    __ag_dynamic_shared = g.arena;
+    return true;
+}
+
+// The static array at or just before arena offset `offset` (they are allocated in increasing order).
+const StaticShared *static_at(std::size_t offset) {
+    auto after = std::upper_bound(g.statics.begin(), g.statics.end(), offset,
+                                  [](std::size_t o, const StaticShared &s) { return o < s.offset; });
+    return after == g.statics.begin() ? nullptr : &*(after - 1);
+}
+
+// Where a word is, for messages: `name[index]` (index in 4-byte words). Only built when something is reported.
+struct Place {
+    int arg;            // kernel parameter of a global buffer, or -1 for shared memory
+    std::size_t where;  // the word index in the buffer, or the byte offset in the shared arena
+};
+
+std::string place_text(const Place &place) {
+    char text[96];
+    if (place.arg >= 0) {
+        std::snprintf(text, sizeof text, "{arg:%d}[%zu]", place.arg, place.where);
+    } else if (place.where < kDynamicSharedMax) {
+        std::snprintf(text, sizeof text, "{dyn}[%zu]", place.where / 4);
+    } else if (const StaticShared *array = static_at(place.where)) {
+        std::snprintf(text, sizeof text, "%s[%zu]", array->name, (place.where - array->offset) / 4);
+    } else {
+        std::snprintf(text, sizeof text, "shared memory");
+    }
+    return text;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The race checker.
+
+std::uint32_t my_thread_number() { return g.block_linear * g.nthreads + me().tid; }
+
+const char *verb(bool write) { return write ? "writes" : "reads"; }
+
+void check_pair(const Access &prior, bool prior_write, const Access &now, bool now_write, const Place &place) {
+    if (prior.thread == 0) return;
+    const std::uint32_t other = (prior.thread & 0x7fffffffu) - 1;
+    const std::uint32_t mine = (now.thread & 0x7fffffffu) - 1;
+    if (other == mine) return;
+    if ((prior.thread & now.thread) >> 31) return;  // both atomic
+    const std::uint32_t other_block = other / g.nthreads, other_tid = other % g.nthreads;
+    const Thread &t = me();
+    int kind;
+    const char *advice;
+    if (other_block != g.block_linear) {
+        // Release and acquire, as the last-block pattern needs: the writer fenced after its write, and this
+        // block has since done an atomic on global memory (drawn its ticket).
+        const bool published = other / 64 < g.published.size() && (g.published[other / 64] >> (other % 64) & 1);
+        if (prior_write && published && g.block_acquired) return;
+        kind = RACE_INTERBLOCK;
+        advice = "blocks are not ordered within a launch: give each block its own output, or use atomics";
+    } else if (prior.epoch != g.epoch) {
+        return;  // a __syncthreads() lies between them
+    } else if (other_tid / 32 == t.warp) {
+        if (t.clock[other_tid % 32] > prior.clock) return;  // a __syncwarp() or shuffle orders them
+        kind = RACE_SYNCWARP;
+        advice = "lanes of a warp are not in lockstep since Volta: put __syncwarp() between the steps";
+    } else {
+        kind = RACE_SYNCTHREADS;
+        advice = "put __syncthreads() between the write and the other thread's access";
+    }
+    char other_text[96];
+    const unsigned int bx = g.launch.block[0], gx = g.launch.grid[0];
+    if (other_block == g.block_linear)
+        std::snprintf(other_text, sizeof other_text, "thread (%u,%u,0) of the same block", other_tid % bx,
+                      other_tid / bx);
+    else
+        std::snprintf(other_text, sizeof other_text, "thread (%u,%u,0) of another block, (%u,%u,0),",
+                      other_tid % bx, other_tid / bx, other_block % gx, other_block / gx);
+    char message[512];
+    std::snprintf(message, sizeof message,
+                  "data race on %s: thread (%u,%u,0) %s it at {pc:%x} and %s %s it at {pc:%x} "
+                  "with nothing ordering the two; %s",
+                  place_text(place).c_str(), t.idx.x, t.idx.y, verb(now_write), now.pc, other_text,
+                  verb(prior_write), prior.pc, advice);
+    report(kind, 0, now.pc, describe_thread(t), message);
+}
+
+bool obsolete(const Access &a) {
+    return a.thread == 0 || (((a.thread & 0x7fffffffu) - 1) / g.nthreads == g.block_linear && a.epoch != g.epoch);
+}
+
+void check_cell(Cell &c, std::uint32_t gen, bool write, bool atomic, std::uint32_t pc, bool shared,
+                const Place &place) {
+    if (c.gen != gen) c = Cell{gen, {}, {{}, {}}};
+    Thread &t = me();
+    const Access now{(my_thread_number() + 1) | (atomic ? 0x80000000u : 0u), g.epoch, t.clock[t.lane], pc};
+    if (shared && (!write || atomic) && c.write.thread == 0) {
+        char message[400];
+        std::snprintf(message, sizeof message,
+                      "thread (%u,%u,0) reads %s at {pc:%x}, which no thread of this block has written: "
+                      "shared memory starts each block holding garbage",
+                      t.idx.x, t.idx.y, place_text(place).c_str(), pc);
+        report(UNINITIALISED_READ, 0, pc, describe_thread(t), message);
+    }
+    check_pair(c.write, true, now, write, place);
+    if (write) {
+        check_pair(c.read[0], false, now, true, place);
+        check_pair(c.read[1], false, now, true, place);
+        c.write = now;
+        c.read[0] = c.read[1] = Access{};
+        return;
+    }
+    // Keep up to two readers that a later write could race with. A slot is free when it is empty, holds this
+    // thread, or holds a read of this block that a barrier has since ordered.
+    for (Access &slot : c.read) {
+        if (slot.thread == now.thread || obsolete(slot)) {
+            slot = now;
+            return;
+        }
+    }
+    c.read[1] = now;
+}
+
+void record_request(std::uint32_t pc, std::size_t offset) {
+    const Thread &t = me();
+    const std::uint64_t key = (static_cast<std::uint64_t>(pc) << 16) | t.tid;
+    const unsigned int seq = g.sequence[key]++;
+    g.records.push_back({pc, seq, t.warp, static_cast<unsigned int>(offset / 4)});
+}
+
+void yield_for_schedule() {
+    if (g.schedule == LOCKSTEP || (g.schedule == RANDOM && (g.rng() & 3) == 0)) Fiber::suspend();
+}
+
+void shared_access(std::size_t offset, std::size_t size, bool write, bool atomic, std::uint32_t pc) {
+    yield_for_schedule();
+    bool inside;
+    if (offset < kDynamicSharedMax) {
+        inside = offset + size <= g.launch.shared_bytes;
+    } else {
+        const StaticShared *array = static_at(offset);
+        inside = array && offset + size <= array->offset + array->size;
+    }
+    Thread &t = me();
+    if (!inside) {
+        char message[400];
+        if (offset < kDynamicSharedMax)
+            std::snprintf(message, sizeof message,
+                          "thread (%u,%u,0) %s %s at {pc:%x}, past the %llu bytes of dynamic shared memory "
+                          "of this launch",
+                          t.idx.x, t.idx.y, verb(write), place_text({-1, offset}).c_str(), pc, g.launch.shared_bytes);
+        else
+            std::snprintf(message, sizeof message,
+                          "thread (%u,%u,0) %s %s at {pc:%x}, past the end of the __shared__ array",
+                          t.idx.x, t.idx.y, verb(write), place_text({-1, offset}).c_str(), pc);
+        report(OUT_OF_BOUNDS, 0, pc, describe_thread(t), message);
+        return;
+    }
+    if (g.measuring && !atomic) record_request(pc, offset);
+    for (std::size_t word = offset / 4; word <= (offset + size - 1) / 4; ++word)
+        check_cell(g.arena_cells[word], g.block_gen, write, atomic, pc, true, Place{-1, word * 4});
+}
+
+Cell *buffer_cells(Buffer &b) {
+    if (!b.cells) b.cells = static_cast<Cell *>(map_memory((b.count + b.guard) * sizeof(Cell)));
+    return b.cells;
+}
+
+void global_access(Buffer &b, char *address, std::size_t size, bool write, bool atomic, std::uint32_t pc) {
+    const long long first = (address - b.data) >= 0 ? (address - b.data) / 4 : -((b.data - address + 3) / 4);
+    const long long last = (address + size - 1 - b.data) / 4;
+    if (first < 0 || last >= static_cast<long long>(b.count)) {
+        const Thread &t = me();
+        char message[400];
+        std::snprintf(message, sizeof message,
+                      "thread (%u,%u,0) %s {arg:%d}[%lld] at {pc:%x}, outside the %zu values of {arg:%d}: "
+                      "check the index against n before the access",
+                      t.idx.x, t.idx.y, verb(write), b.arg, first, pc, b.count, b.arg);
+        report(OUT_OF_BOUNDS, 0, pc, describe_thread(t), message);
+        return;
+    }
+    Cell *cells = buffer_cells(b);
+    if (!cells) return;
+    if (write) me().last_global_write = ++g.sequence_number;
+    for (long long word = first; word <= last; ++word)
+        check_cell(cells[word], g.launch_gen, write, atomic, pc, false, Place{b.arg, static_cast<std::size_t>(word)});
+}
+
+void on_access(void *address, std::size_t size, bool write, bool atomic, void *return_address) {
+    if (!g.checking) return;
+    const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(address);
+    const std::uintptr_t shared = a - reinterpret_cast<std::uintptr_t>(g.arena);
+    if (shared < kArenaBytes) {
+        shared_access(shared, size, write, atomic, pc_offset(return_address));
+        return;
+    }
+    for (int i = 0; i < g.nactive; ++i) {
+        Buffer &b = *g.active[i];
+        if (a - reinterpret_cast<std::uintptr_t>(b.zone_lo) < b.zone_span) {
+            global_access(b, static_cast<char *>(address), size, write, atomic, pc_offset(return_address));
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Metrics, gathered in the first few blocks of each launch.
+
+void close_window() {
+    if (!g.measuring) return;
+    // Shared-memory requests: the k-th access of each lane of a warp at one code address is one warp-wide
+    // request; it needs as many transactions as the most distinct words that fall into one bank.
+    std::sort(g.records.begin(), g.records.end(), [](const SharedRecord &a, const SharedRecord &b) {
+        if (a.pc != b.pc) return a.pc < b.pc;
+        if (a.warp != b.warp) return a.warp < b.warp;
+        if (a.seq != b.seq) return a.seq < b.seq;
+        return a.word < b.word;
+    });
+    for (std::size_t i = 0; i < g.records.size();) {
+        std::size_t j = i;
+        unsigned int per_bank[32] = {};
+        unsigned int previous = UINT32_MAX;
+        while (j < g.records.size() && g.records[j].pc == g.records[i].pc && g.records[j].warp == g.records[i].warp &&
+               g.records[j].seq == g.records[i].seq) {
+            if (g.records[j].word != previous) per_bank[g.records[j].word % 32]++;
+            previous = g.records[j].word;
+            ++j;
+        }
+        auto &m = g.metrics[{g.launch.kernel_id, g.records[i].pc}];
+        m.first += 1;
+        m.second += *std::max_element(per_bank, per_bank + 32);
+        i = j;
+    }
+    g.records.clear();
+    g.sequence.clear();
+    // Divergence: a warp-step diverged when the lanes that ran took different paths since the last barrier.
+    auto &d = g.divergence[g.launch.kernel_id];
+    for (unsigned int w = 0; w * 32 < g.nthreads; ++w) {
+        bool any = false, diverged = false;
+        std::uint64_t path = 0;
+        for (unsigned int i = w * 32; i < std::min(g.nthreads, w * 32 + 32); ++i) {
+            Thread &t = g.threads[i];
+            if (!t.ran) continue;
+            if (any && t.path != path) diverged = true;
+            path = t.path;
+            any = true;
+            t.ran = false;
+            t.path = 0;
+        }
+        d.first += any;
+        d.second += diverged;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The scheduler.
+
+void thread_body() {
+    Thread &t = me();
+    (g.checking ? g.launch.checked : g.launch.fast)(g.launch.args);
+    t.wait = EXITED;
+    if (t.last_global_write && t.last_fence > t.last_global_write) {
+        const std::uint64_t number = my_thread_number();
+        if (g.published.size() <= number / 64) g.published.resize(number / 64 + 1);
+        g.published[number / 64] |= 1ull << (number % 64);
+    }
+    for (;;) Fiber::suspend();
+}
+
+void resume(int i) {
+    g.current = i;
+    threadIdx = g.threads[i].idx;
+    g.fibers[i].resume();
+}
+
+std::string lanes_text(const std::vector<unsigned int> &tids) {
+    std::string text;
+    for (std::size_t i = 0; i < tids.size();) {
+        std::size_t j = i;
+        while (j + 1 < tids.size() && tids[j + 1] == tids[j] + 1) ++j;
+        char part[32];
+        if (j == i) std::snprintf(part, sizeof part, "%u", tids[i]);
+        else std::snprintf(part, sizeof part, "%u-%u", tids[i], tids[j]);
+        if (!text.empty()) text += ", ";
+        text += part;
+        i = j + 1;
+    }
+    return text;
+}
+
+const char *collective_name(int op) {
+    static const char *names[] = {"__syncwarp()", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
+                                  "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync",
+                                  "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync"};
+    return names[op];
+}
+
+void report_deadlock() {
+    // Group the waiting threads by what they wait for and where.
+    std::map<std::pair<int, int>, std::vector<unsigned int>> groups;  // (line, op or -1 for barrier) -> tids
+    for (unsigned int i = 0; i < g.nthreads; ++i) {
+        const Thread &t = g.threads[i];
+        if (t.wait == AT_BARRIER) groups[{t.line, -1}].push_back(t.tid);
+        if (t.wait == AT_WARP) groups[{t.line, t.op}].push_back(t.tid);
+    }
+    std::string summary;
+    for (const auto &[where, tids] : groups) {
+        char part[160];
+        std::snprintf(part, sizeof part, "%sthreads %s wait at %s on {line:%d}", summary.empty() ? "" : "; ",
+                      lanes_text(tids).c_str(), where.second < 0 ? "__syncthreads()" : collective_name(where.second),
+                      where.first);
+        summary += part;
+    }
+    for (const auto &[where, tids] : groups) {
+        char message[512];
+        std::snprintf(message, sizeof message,
+                      "deadlock in block (%u,%u,0): %s. A barrier needs every thread of the block and a warp "
+                      "collective every lane of its mask, so none of them can go on",
+                      blockIdx.x, blockIdx.y, summary.c_str());
+        report(DEADLOCK, where.first, 0, describe_thread(g.threads[tids[0]]), message);
+    }
+}
+
+unsigned int exited_lanes(unsigned int warp) {
+    unsigned int mask = 0;
+    for (unsigned int lane = 0; lane < 32; ++lane) {
+        const unsigned int i = warp * 32 + lane;
+        if (i >= g.nthreads || g.threads[i].wait == EXITED) mask |= 1u << lane;
+    }
+    return mask;
+}
+
+unsigned long long source_value(unsigned int warp, const Thread &t, unsigned int arrived) {
+    const int width = (t.width > 0 && t.width <= 32 && (t.width & (t.width - 1)) == 0) ? t.width : 32;
+    const unsigned int segment = t.lane & ~static_cast<unsigned int>(width - 1);
+    unsigned int source = t.lane;
+    switch (t.op) {
+        case SHFL: source = segment + (static_cast<unsigned int>(t.arg) % width); break;
+        case SHFL_UP: source = (t.lane - segment) >= static_cast<unsigned int>(t.arg) ? t.lane - t.arg : t.lane; break;
+        case SHFL_DOWN:
+            source = (t.lane - segment) + t.arg < static_cast<unsigned int>(width) ? t.lane + t.arg : t.lane;
+            break;
+        case SHFL_XOR: {
+            const unsigned int x = t.lane ^ static_cast<unsigned int>(t.arg);
+            source = x < segment + width ? x : t.lane;
+            break;
+        }
+    }
+    source &= 31;
+    if (!((arrived & t.mask) >> source & 1u)) {
+        char message[400];
+        std::snprintf(message, sizeof message,
+                      "lane %u reads lane %u in %s on {line:%d}, but lane %u is not taking part (it has exited, "
+                      "is elsewhere, or is not in the mask 0x%08x): the value is undefined",
+                      t.lane, source, collective_name(t.op), t.line, source, t.mask);
+        report(INACTIVE_LANE, t.line, 0, describe_thread(t), message);
+        return t.value;
+    }
+    return g.threads[warp * 32 + source].value;
+}
+
+// Complete the warp collective of `warp` if every lane it needs has arrived. Returns whether it did.
+bool complete_collective(unsigned int warp) {
+    unsigned int arrived = 0, needed = 0;
+    for (unsigned int lane = 0; lane < 32; ++lane) {
+        const unsigned int i = warp * 32 + lane;
+        if (i < g.nthreads && g.threads[i].wait == AT_WARP) {
+            arrived |= 1u << lane;
+            needed |= g.threads[i].mask;
+        }
+    }
+    if (!arrived) return false;
+    needed &= ~exited_lanes(warp);
+    if ((needed & arrived) != needed) return false;
+    unsigned long long ballot = 0, sum = 0, least = UINT32_MAX, most = 0;
+    for (unsigned int lane = 0; lane < 32; ++lane) {
+        if (!(arrived >> lane & 1u)) continue;
+        const unsigned long long v = g.threads[warp * 32 + lane].value;
+        ballot |= static_cast<unsigned long long>(v != 0) << lane;
+        sum += static_cast<unsigned int>(v);
+        least = std::min(least, v & 0xffffffffu);
+        most = std::max(most, v & 0xffffffffu);
+    }
+    // Every participant's clock ticks, then all of them learn all the participants' clocks: that is the
+    // happens-before edge the race checker sees for __syncwarp() and shuffles.
+    std::uint32_t joined[32] = {};
+    for (unsigned int lane = 0; lane < 32; ++lane) {
+        if (!(arrived >> lane & 1u)) continue;
+        Thread &t = g.threads[warp * 32 + lane];
+        t.clock[lane]++;
+        for (int k = 0; k < 32; ++k) joined[k] = std::max(joined[k], t.clock[k]);
+    }
+    for (unsigned int lane = 0; lane < 32; ++lane) {
+        if (!(arrived >> lane & 1u)) continue;
+        Thread &t = g.threads[warp * 32 + lane];
+        const unsigned long long group = ballot & t.mask;
+        switch (t.op) {
+            case SYNCWARP: t.result = 0; break;
+            case BALLOT: t.result = group; break;
+            case ANY: t.result = group != 0; break;
+            case ALL: t.result = group == (arrived & t.mask); break;
+            case REDUCE_ADD: t.result = static_cast<unsigned int>(sum); break;
+            case REDUCE_MIN: t.result = least; break;
+            case REDUCE_MAX: t.result = most; break;
+            default: t.result = source_value(warp, t, arrived); break;
+        }
+    }
+    for (unsigned int lane = 0; lane < 32; ++lane) {
+        if (!(arrived >> lane & 1u)) continue;
+        Thread &t = g.threads[warp * 32 + lane];
+        std::memcpy(t.clock, joined, sizeof joined);
+        t.wait = RUNNABLE;
+    }
+    return true;
+}
+
+bool release_barrier() {
+    unsigned int waiting = 0, exited = 0, count = 0;
+    for (unsigned int i = 0; i < g.nthreads; ++i) {
+        waiting += g.threads[i].wait == AT_BARRIER;
+        exited += g.threads[i].wait == EXITED;
+        count += g.threads[i].wait == AT_BARRIER && g.threads[i].value;
+    }
+    if (!waiting || waiting + exited != g.nthreads) return false;
+    close_window();
+    g.epoch++;
+    for (unsigned int i = 0; i < g.nthreads; ++i) {
+        Thread &t = g.threads[i];
+        if (t.wait != AT_BARRIER) continue;
+        t.wait = RUNNABLE;
+        t.result = t.op == 0 ? count : t.op == 1 ? count == waiting : count != 0;
+    }
+    return true;
+}
+
+void make_order() {
+    g.order.resize(g.nthreads);
+    for (unsigned int i = 0; i < g.nthreads; ++i) g.order[i] = static_cast<int>(i);
+    if (g.schedule == REVERSED) std::reverse(g.order.begin(), g.order.end());
+    if (g.schedule == RANDOM) std::shuffle(g.order.begin(), g.order.end(), g.rng);
+}
+
+// Runs one block. Returns false on a deadlock.
+bool run_block(unsigned int bx, unsigned int by) {
+    blockIdx = {bx, by, 0};
+    g.block_linear = by * g.launch.grid[0] + bx;
+    g.block_gen++;
+    g.epoch = 0;
+    g.block_acquired = false;
+    const std::size_t slot = kStackBytes + 4096;
+    for (unsigned int i = 0; i < g.nthreads; ++i) {
+        Thread &t = g.threads[i];
+        t = Thread{};
+        t.idx = {i % g.launch.block[0], i / g.launch.block[0], 0};
+        t.tid = i;
+        t.lane = i % 32;
+        t.warp = i / 32;
+        g.fibers[i].start(g.stacks + i * slot + 4096, kStackBytes, &thread_body);
+    }
+    make_order();
+    for (;;) {
+        bool ran = true;
+        while (ran) {
+            ran = false;
+            for (int i : g.order) {
+                if (g.threads[i].wait != RUNNABLE) continue;
+                resume(i);
+                ran = true;
+            }
+            if (ran && g.schedule == RANDOM) std::shuffle(g.order.begin(), g.order.end(), g.rng);
+        }
+        bool progressed = false;
+        for (unsigned int w = 0; w * 32 < g.nthreads; ++w) progressed |= complete_collective(w);
+        if (progressed) continue;
+        if (release_barrier()) continue;
+        bool all_exited = true;
+        for (unsigned int i = 0; i < g.nthreads; ++i) all_exited &= g.threads[i].wait == EXITED;
+        if (all_exited) break;
+        report_deadlock();
+        return false;
+    }
+    close_window();
+    return true;
+}
+
+template <class T>
+T apply_atomic(T old, int op, T value, T compare) {
+    switch (op) {
+        case A_ADD: return old + value;
+        case A_SUB: return old - value;
+        case A_EXCH: return value;
+        case A_MIN: return std::min(old, value);
+        case A_MAX: return std::max(old, value);
+        case A_CAS: return old == compare ? value : old;
+        default: break;
+    }
+    if constexpr (std::is_integral_v<T>) {
+        switch (op) {
+            case A_AND: return old & value;
+            case A_OR: return old | value;
+            case A_XOR: return old ^ value;
+            case A_INC: return old >= value ? 0 : old + 1;
+            case A_DEC: return (old == 0 || old > value) ? value : old - 1;
+        }
+    }
+    return old;
+}
+
+template <class T>
+unsigned long long atomic_as(void *address, int op, unsigned long long value, unsigned long long compare) {
+    T old, v, c;
+    std::memcpy(&old, address, sizeof(T));
+    std::memcpy(&v, &value, sizeof(T));
+    std::memcpy(&c, &compare, sizeof(T));
+    const T updated = apply_atomic<T>(old, op, v, c);
+    std::memcpy(address, &updated, sizeof(T));
+    unsigned long long bits = 0;
+    std::memcpy(&bits, &old, sizeof(T));
+    return bits;
+}
+
+}  // namespace ag
+
+using namespace ag;
+
+// ---------------------------------------------------------------------------------------------------------
+// What the prelude calls.
+
+#pragma GCC visibility push(default)
+extern "C" {
+
+void __ag_syncthreads(int line) {
+    Thread &t = me();
+    t.wait = AT_BARRIER;
+    t.line = line;
+    t.op = 0;
+    t.value = 0;
+    Fiber::suspend();
+}
+
+int __ag_syncthreads_op(int line, int op, int predicate) {
+    Thread &t = me();
+    t.wait = AT_BARRIER;
+    t.line = line;
+    t.op = op;
+    t.value = predicate != 0;
+    Fiber::suspend();
+    return static_cast<int>(t.result);
+}
+
+unsigned long long __ag_warp(int line, int op, unsigned int mask, unsigned long long value, int arg, int width) {
+    Thread &t = me();
+    t.wait = AT_WARP;
+    t.line = line;
+    t.op = op;
+    t.mask = mask;
+    t.value = value;
+    t.arg = arg;
+    t.width = width;
+    Fiber::suspend();
+    return t.result;
+}
+
+void __ag_threadfence(void) { me().last_fence = ++g.sequence_number; }
+
+unsigned int __ag_activemask(void) { return ~exited_lanes(me().warp); }
+
+void *__ag_static_shared(unsigned long size, unsigned long align, const char *name) {
+    if (!ensure_arena()) return nullptr;
+    // A 64-byte gap between arrays, so running off one array is out of bounds, not inside the next.
+    std::size_t offset = kDynamicSharedMax + ((g.static_used + 64 + align - 1) / align) * align;
+    if (offset + size > kArenaBytes) {
+        std::fprintf(stderr, "CPU backend: more than %zu bytes of static __shared__ memory\n", kStaticSharedMax);
+        std::abort();
+    }
+    g.statics.push_back({offset, size, name});
+    g.static_used = offset + size - kDynamicSharedMax;
+    return g.arena + offset;
+}
+
+unsigned long long __ag_atomic(void *address, int size, int op, int type, unsigned long long value,
+                               unsigned long long compare) {
+    on_access(address, static_cast<std::size_t>(size), true, true, __builtin_return_address(0));
+    const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(address) - reinterpret_cast<std::uintptr_t>(g.arena);
+    if (offset >= kArenaBytes) g.block_acquired = true;  // an atomic outside shared memory: global or __device__
+    // Fibers switch only at runtime calls, so a plain read-modify-write is atomic here.
+    if (type == T_FLOAT) return atomic_as<float>(address, op, value, compare);
+    if (type == T_DOUBLE) return atomic_as<double>(address, op, value, compare);
+    if (size == 8) return type == T_INT ? atomic_as<long long>(address, op, value, compare)
+                                        : atomic_as<unsigned long long>(address, op, value, compare);
+    return type == T_INT ? atomic_as<int>(address, op, value, compare)
+                         : atomic_as<unsigned int>(address, op, value, compare);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// GCC's ThreadSanitizer and coverage hooks (the de-facto ABI shared by GCC and Clang; tests pin the names).
+
+#define AG_HOOKS(n)                                                                                      \
+    void __tsan_read##n(void *a) { on_access(a, n, false, false, __builtin_return_address(0)); }          \
+    void __tsan_write##n(void *a) { on_access(a, n, true, false, __builtin_return_address(0)); }         \
+    void __tsan_unaligned_read##n(void *a) { on_access(a, n, false, false, __builtin_return_address(0)); } \
+    void __tsan_unaligned_write##n(void *a) { on_access(a, n, true, false, __builtin_return_address(0)); } \
+    void __tsan_volatile_read##n(void *a) { on_access(a, n, false, false, __builtin_return_address(0)); }  \
+    void __tsan_volatile_write##n(void *a) { on_access(a, n, true, false, __builtin_return_address(0)); }  \
+    void __tsan_unaligned_volatile_read##n(void *a) { on_access(a, n, false, false, __builtin_return_address(0)); } \
+    void __tsan_unaligned_volatile_write##n(void *a) { on_access(a, n, true, false, __builtin_return_address(0)); }
+AG_HOOKS(1)
+AG_HOOKS(2)
+AG_HOOKS(4)
+AG_HOOKS(8)
+AG_HOOKS(16)
+#undef AG_HOOKS
+
+void __tsan_read_range(void *a, unsigned long size) {
+    if (size) on_access(a, size, false, false, __builtin_return_address(0));
+}
+void __tsan_write_range(void *a, unsigned long size) {
+    if (size) on_access(a, size, true, false, __builtin_return_address(0));
+}
+void __tsan_init(void) {}
+void __tsan_func_entry(void *) {}
+void __tsan_func_exit(void) {}
+void __tsan_vptr_update(void **, void *) {}
+void __tsan_vptr_read(void **) {}
+
+void __sanitizer_cov_trace_pc(void) {
+    if (!g.measuring) return;
+    Thread &t = me();
+    t.path = (t.path ^ reinterpret_cast<std::uintptr_t>(__builtin_return_address(0))) * 0x100000001b3ULL;
+    t.ran = true;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// API for Python.
+
+int ag_abi_version(void) { return 1; }
+const char *ag_fibers(void) { return AG_FIBERS; }
+const char *ag_error(void) { return g.error.c_str(); }
+
+void ag_configure(int metrics_blocks, long long full_check_threads, int sample_blocks) {
+    g.metrics_blocks = metrics_blocks;
+    g.full_check_threads = full_check_threads;
+    g.sample_blocks = sample_blocks;
+}
+
+void *ag_alloc(unsigned long long count, unsigned long long guard) {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t data_bytes = ((count + guard) * 4 + page - 1) / page * page;
+    const std::size_t total = page + kRedZoneBytes + data_bytes + kRedZoneBytes + page;
+    char *base = static_cast<char *>(map_memory(total));
+    if (!base) return nullptr;
+    // Guard pages beyond the red zones: an access that wild faults (the worker process reports it).
+    mprotect(base, page, PROT_NONE);
+    mprotect(base + total - page, page, PROT_NONE);
+    auto *b = new Buffer{};
+    b->zone_lo = base + page;
+    b->zone_span = kRedZoneBytes + data_bytes + kRedZoneBytes;
+    b->data = base + page + kRedZoneBytes;
+    b->count = count;
+    b->guard = guard;
+    b->map_bytes = total;
+    g.buffers[b->data] = b;
+    return b->data;
+}
+
+void ag_free(void *data) {
+    auto it = g.buffers.find(data);
+    if (it == g.buffers.end()) return;
+    Buffer *b = it->second;
+    if (b->cells) munmap(b->cells, (b->count + b->guard) * sizeof(Cell));
+    munmap(b->zone_lo - sysconf(_SC_PAGESIZE), b->map_bytes);
+    g.buffers.erase(it);
+    delete b;
+}
+
+// Returns 0 when the launch ran, 1 on a deadlock, -1 when it could not start (see ag_error).
+int ag_launch(const AgLaunch *launch) {
+    g.launch = *launch;
+    g.schedule = static_cast<Schedule>(launch->schedule);
+    g.rng.seed(launch->seed);
+    g.nthreads = launch->block[0] * launch->block[1];
+    if (!ensure_arena()) {
+        g.error = "could not map memory for the shared arena and fiber stacks";
+        return -1;
+    }
+    if (g.nthreads == 0 || g.nthreads > kMaxThreads || launch->grid[0] == 0 || launch->grid[1] == 0) {
+        g.error = "invalid launch configuration: a block holds 1 to 1024 threads and a grid at least one block";
+        return -1;
+    }
+    if (launch->shared_bytes > kDynamicSharedMax) {
+        g.error = "more dynamic shared memory than a GPU offers";
+        return -1;
+    }
+    blockDim = {launch->block[0], launch->block[1], 1};
+    gridDim = {launch->grid[0], launch->grid[1], 1};
+    g.launch_gen++;
+    g.seen.clear();
+    g.published.clear();
+    g.nactive = 0;
+    for (int k = 0; k < launch->nargs && g.nactive < 8; ++k) {
+        auto it = g.buffers.find(*static_cast<void **>(launch->args[k]));
+        if (it == g.buffers.end()) continue;
+        it->second->arg = k;
+        g.active[g.nactive++] = it->second;
+    }
+    g.pc_base = 0;
+    if (launch->checked) {
+        Dl_info info{};
+        if (dladdr(reinterpret_cast<void *>(launch->checked), &info))
+            g.pc_base = reinterpret_cast<std::uintptr_t>(info.dli_fbase);
+    }
+    const long long blocks = static_cast<long long>(launch->grid[0]) * launch->grid[1];
+    // Large launches check the first and last blocks fully and run the ones between uninstrumented.
+    const bool sampled = launch->checked && launch->fast && blocks * g.nthreads > g.full_check_threads;
+    int status = 0;
+    for (long long b = 0; b < blocks && status == 0; ++b) {
+        const bool checked = launch->checked && (!sampled || b < g.sample_blocks || b >= blocks - g.sample_blocks);
+        g.checking = checked;
+        g.measuring = checked && b < g.metrics_blocks;
+        if (!run_block(static_cast<unsigned int>(b % launch->grid[0]), static_cast<unsigned int>(b / launch->grid[0])))
+            status = 1;
+    }
+    g.checking = g.measuring = false;
+    std::fflush(stdout);  // a kernel's printf shows at the end of the launch, as on a GPU
+    return status;
+}
+
+int ag_finding_count(void) { return static_cast<int>(g.findings.size()); }
+const AgFinding *ag_finding(int i) { return &g.findings[static_cast<std::size_t>(i)]; }
+void ag_clear_findings(void) { g.findings.clear(); }
+
+// Copies up to `capacity` per-line metrics of one kernel into `out`; returns how many it has.
+int ag_metrics(int kernel_id, AgMetric *out, int capacity) {
+    int count = 0;
+    for (auto it = g.metrics.lower_bound({kernel_id, 0}); it != g.metrics.end() && it->first.kernel_id == kernel_id;
+         ++it, ++count)
+        if (count < capacity) out[count] = {kernel_id, it->first.pc, it->second.first, it->second.second};
+    return count;
+}
+void ag_divergence(int kernel_id, unsigned long long *steps, unsigned long long *diverged) {
+    auto &d = g.divergence[kernel_id];
+    *steps = d.first;
+    *diverged = d.second;
+}
+
+}  // extern "C"
+#pragma GCC visibility pop

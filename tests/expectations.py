@@ -1,0 +1,41 @@
+"""Reading the written verdicts of the example class and the known submissions, for the end-to-end tests."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from autograder.records import StageResult
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "submissions"
+KNOWN = ROOT / "tests" / "known"
+
+
+def expected_class() -> dict:
+    return tomllib.loads((EXAMPLES / "EXPECTED.toml").read_text())
+
+
+def known_cases() -> list[dict]:
+    return tomllib.loads((KNOWN / "cases.toml").read_text())["case"]
+
+
+def acceptable_statuses(expected: dict, backend: str) -> set[str]:
+    status = expected.get(f"status_{backend}", expected.get("status"))
+    return set(status) if isinstance(status, list) else {status}
+
+
+def mismatches(result: StageResult, expected: dict, backend: str) -> list[str]:
+    """What differs between a stage's result and its written verdict; empty when it matches."""
+    problems = []
+    statuses = acceptable_statuses(expected, backend)
+    if result.status.value not in statuses:
+        problems.append(f"status {result.status.value}, expected {sorted(statuses)}: {result.message}")
+    kinds = {finding.kind for finding in result.findings}
+    wanted = set(expected.get("findings", []))
+    if kinds != wanted:
+        problems.append(f"findings {sorted(kinds)}, expected {sorted(wanted)}")
+    perf = expected.get("perf") if backend == "gpu" else "not_measured"
+    if perf and result.performance.verdict.value != perf:
+        problems.append(f"speed {result.performance.verdict.value}, expected {perf}: {result.performance.reason}")
+    return problems
