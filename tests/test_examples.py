@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from expectations import EXAMPLES, expected_class, mismatches
 
 from autograder.batch import grade_class
 from autograder.grade import GradeOptions
 from autograder.records import StudentResult, from_dict, to_dict
-from expectations import EXAMPLES, expected_class, mismatches
 
 EXPECTED = expected_class()
 

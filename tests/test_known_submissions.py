@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from expectations import KNOWN, known_cases, mismatches
 
 from autograder.grade import GradeOptions, grade_stages
 from autograder.isolation import Worker
 from autograder.records import KernelSource, Status
 from autograder.references import reference_source
 from autograder.stages import STAGE_IDS
-from expectations import KNOWN, known_cases, mismatches
 
 CASES = known_cases()
 # Short limits: the hanging cases must not cost minutes each.

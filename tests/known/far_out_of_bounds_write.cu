@@ -1,0 +1,24 @@
+// Known crash (first_add): thread 0 of every block also stores far past the output buffer (2^36 floats on).
+// No allocation lies there, so a GPU stops with an illegal-address error.
+__global__ void reduce_first_add(const float *g_in, float *g_out, unsigned int n)
+{
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * (2 * blockDim.x) + threadIdx.x;
+    float sum = (i < n) ? g_in[i] : 0.0f;
+    if (i + blockDim.x < n) {
+        sum += g_in[i + blockDim.x];
+    }
+    sdata[tid] = sum;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            sdata[tid] += sdata[tid + s];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        g_out[((size_t)1 << 36) + blockIdx.x] = sdata[0];
+        g_out[blockIdx.x] = sdata[0];
+    }
+}

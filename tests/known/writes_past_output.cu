@@ -1,0 +1,21 @@
+// Known wrong (sequential): block b writes its sum to g_out[b] and a copy to g_out[b + gridDim.x], past the
+// gridDim.x values the launch owns. The total stays right; only the output guard (or a crash, once the copy
+// lands beyond the guard tail of a large grid) shows the stray write.
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n)
+{
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    sdata[tid] = (i < n) ? g_in[i] : 0.0f;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            sdata[tid] += sdata[tid + s];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        g_out[blockIdx.x] = sdata[0];
+        g_out[blockIdx.x + gridDim.x] = sdata[0];
+    }
+}
