@@ -7,7 +7,6 @@ cells, so all of them give the same verdicts and points.
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +29,7 @@ from autograder.records import (
     StudentResult,
 )
 from autograder.references import reference_source
-from autograder.rubric import Rubric, load_rubric, score
+from autograder.rubric import Rubric, judge_speed, load_rubric, score
 from autograder.stages import STAGE_IDS, Stage, get_stage
 from autograder.timing import TimedKernel, WrongTimedResult, time_interleaved
 from autograder.verify import analysis_cases, compile_only, correctness_cases, hint, judge, run_case
@@ -256,33 +255,8 @@ class _StageGrader:
             return replace(result, status=Status.TIMEOUT, message=f"timing stopped: {error}")
         except KernelFault as error:
             return replace(result, status=Status.CRASHED, message=f"crashed while timed: {error}")
-        return replace(result, performance=self._judge_speed(stage, timings, baseline))
-
-    def _judge_speed(self, stage: Stage, timings: tuple, baseline: str | None) -> Performance:
-        yours, reference = timings[0], timings[-1]
-        speedup = timings[1].median_ms / yours.median_ms if baseline else None
-        required = self.rubric.required_speedup(self.calibration().step(stage.id)) if baseline else None
-        versus = yours.median_ms / reference.median_ms
-        allowed = self.rubric.max_time_vs_reference
-        fast_enough = versus <= allowed
-        parts = []
-        if speedup is not None and required is not None:
-            # A speedup counts unless it falls short by more than the rubric's multiple of its own uncertainty:
-            # the relative standard errors of the two timings, combined.
-            uncertainty = math.hypot(yours.rse, timings[1].rse)
-            fast_enough = fast_enough and speedup >= required * (1 - self.rubric.noise_allowance * uncertainty)
-            parts.append(f"{speedup:.2f}x over {baseline} (needs {required:.2f}x)")
-        parts.append(f"{versus:.2f}x the reference's time (at most {allowed:.2f}x)")
-        return Performance(
-            verdict=PerfVerdict.FAST_ENOUGH if fast_enough else PerfVerdict.TOO_SLOW,
-            reason="; ".join(parts),
-            timings=timings,
-            speedup=speedup,
-            baseline=baseline,
-            required_speedup=required,
-            time_vs_reference=versus,
-            allowed_time_vs_reference=allowed,
-        )
+        step = self.calibration().step(stage.id) if baseline else None
+        return replace(result, performance=judge_speed(self.rubric, timings, baseline, step))
 
     def calibration(self) -> calibrations.Calibration:
         """This GPU's calibration; measured now (and kept in the user's cache) when none matches."""

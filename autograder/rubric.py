@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.errors import ConfigError
-from autograder.records import FINDING_KINDS, Finding, Performance, PerfVerdict, Points, Status
+from autograder.records import FINDING_KINDS, Finding, Performance, PerfVerdict, Points, Status, Timing
 from autograder.stages import STAGE_IDS
 from autograder.timing import TimingSettings
 
@@ -28,7 +28,7 @@ class Rubric:
     timing: TimingSettings
     gain_fraction: float
     max_time_vs_reference: float
-    noise_allowance: float  # how many standard errors a speedup may fall short of the required one
+    speedup_tolerance: float  # how far a speedup may fall short of the required one: the machine's drift
     penalties: dict[str, float]
     stages: dict[str, StagePoints]
 
@@ -85,7 +85,7 @@ def _parse(path: Path, data: dict) -> Rubric:
         timing=timing,
         gain_fraction=float(speed.get("gain_fraction", 0.5)),
         max_time_vs_reference=float(speed.get("max_time_vs_reference", 1.25)),
-        noise_allowance=float(speed.get("noise_allowance", 3.0)),
+        speedup_tolerance=float(speed.get("speedup_tolerance", 0.02)),
         penalties=penalties,
         stages=stages,
     )
@@ -124,3 +124,31 @@ def score(
         kinds = ", ".join(sorted({f.kind for f in findings if rubric.penalties.get(f.kind)}))
         lines.append(f"penalty -{penalty:g}: {kinds}")
     return Points(correctness, performance_points, penalty, max_points, tuple(lines))
+
+
+def judge_speed(
+    rubric: Rubric, timings: tuple[Timing, ...], baseline: str | None, reference_step: float | None
+) -> Performance:
+    """The speed verdict from timings measured together: yours first, then the baseline (when the stage has
+    one), then the reference kernel of the same stage."""
+    yours, reference = timings[0], timings[-1]
+    speedup = timings[1].median_ms / yours.median_ms if baseline else None
+    required = rubric.required_speedup(reference_step) if baseline else None
+    versus = yours.median_ms / reference.median_ms
+    allowed = rubric.max_time_vs_reference
+    fast_enough = versus <= allowed
+    parts = []
+    if speedup is not None and required is not None:
+        fast_enough = fast_enough and speedup >= required - rubric.speedup_tolerance
+        parts.append(f"{speedup:.2f}x over {baseline} (needs {required:.2f}x)")
+    parts.append(f"{versus:.2f}x the reference's time (at most {allowed:.2f}x)")
+    return Performance(
+        verdict=PerfVerdict.FAST_ENOUGH if fast_enough else PerfVerdict.TOO_SLOW,
+        reason="; ".join(parts),
+        timings=timings,
+        speedup=speedup,
+        baseline=baseline,
+        required_speedup=required,
+        time_vs_reference=versus,
+        allowed_time_vs_reference=allowed,
+    )

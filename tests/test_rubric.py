@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from autograder.errors import ConfigError
-from autograder.records import Finding, Performance, PerfVerdict, Status
-from autograder.rubric import DEFAULT_RUBRIC, load_rubric, score
+from autograder.records import Finding, Performance, PerfVerdict, Status, Timing
+from autograder.rubric import DEFAULT_RUBRIC, judge_speed, load_rubric, score
 from autograder.stages import STAGE_IDS
 
 FAST = Performance(PerfVerdict.FAST_ENOUGH, "1.30x over your naive (needs 1.27x)")
@@ -86,3 +86,37 @@ def test_bad_rubrics_say_what_is_wrong(tmp_path: Path) -> None:
         load_rubric(path)
     with pytest.raises(ConfigError, match="no such rubric"):
         load_rubric(tmp_path / "missing.toml")
+
+
+def timing(label: str, micros: float) -> Timing:
+    return Timing(label, micros / 1000, 0.002, 10, 1.0)
+
+
+def test_speed_needs_the_required_speedup_and_the_reference_time() -> None:
+    rubric = load_rubric()  # half the reference's gain, within 1.25x of the reference, 0.02 tolerance
+    fast = judge_speed(rubric, (timing("yours", 316), timing("your x", 407), timing("ref", 316)), "your x", 1.29)
+    assert fast.verdict is PerfVerdict.FAST_ENOUGH and fast.speedup == pytest.approx(407 / 316)
+    assert fast.required_speedup == pytest.approx(1.145)
+    no_gain = judge_speed(rubric, (timing("yours", 400), timing("your x", 407), timing("ref", 316)), "your x", 1.29)
+    assert no_gain.verdict is PerfVerdict.TOO_SLOW and "needs 1.15x" in no_gain.reason
+
+
+def test_a_slow_previous_stage_cannot_inflate_the_speedup() -> None:
+    # 3x over a deliberately slow previous stage, but 1.3x the reference's time.
+    result = judge_speed(load_rubric(), (timing("yours", 410), timing("your x", 1230), timing("ref", 316)), "x", 1.29)
+    assert result.verdict is PerfVerdict.TOO_SLOW and result.time_vs_reference == pytest.approx(410 / 316)
+
+
+def test_a_shortfall_within_the_tolerance_still_counts() -> None:
+    # The H200's quadrant max2d gains nothing over its baseline (step 0.99): parity within drift is enough.
+    result = judge_speed(load_rubric(), (timing("yours", 141), timing("b", 138.5), timing("ref", 140.6)), "b", 0.99)
+    assert result.verdict is PerfVerdict.FAST_ENOUGH
+    assert (
+        judge_speed(load_rubric(), (timing("yours", 145), timing("b", 138.5), timing("ref", 140.6)), "b", 0.99).verdict
+        is PerfVerdict.TOO_SLOW
+    )
+
+
+def test_the_first_stage_has_no_speedup_only_the_reference_time() -> None:
+    result = judge_speed(load_rubric(), (timing("yours", 700), timing("ref", 648)), None, None)
+    assert result.speedup is None and result.verdict is PerfVerdict.FAST_ENOUGH
