@@ -1,0 +1,429 @@
+"""The CPU backend on real kernels: correct sums, the defects it must find, metrics, compile errors, fibers.
+
+Every kernel is a .cu file in tests/cpu_kernels (reference-style stages and known-wrong variants); the
+official reference kernels in solutions/reduction/kernels run through the same correctness test.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autograder.backends.base import Backend, Kernel
+from autograder.backends.cpu import CpuBackend
+from autograder.backends.cpu.compiler import CHECK_FLAGS, COMMON_FLAGS, RUNTIME_DIR
+from autograder.backends.cpu.rewrite import rewrite_shared
+from autograder.errors import BackendUnavailable, CompileError, KernelFault, KernelTimeout
+from autograder.launch import Plan
+from autograder.records import Finding, KernelSource, SourceLocation
+from autograder.stages import REQUIRED_STAGE_IDS, Shape, get_stage
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU backend needs g++")
+
+KERNELS = Path(__file__).parent / "cpu_kernels"
+SOLUTIONS = Path(__file__).parent.parent / "solutions" / "reduction" / "kernels"
+# Kernel-source line k sits on notebook cell line k + 2, so every line number below is checked as a cell line.
+LOCATION = SourceLocation(notebook="reduction.ipynb", grade_id="test", cell_index=4, first_line=3)
+SUM_CASES = (1, 2, 31, 32, 33, 255, 256, 257, 513, 1000, 65537)
+MAX2D_CASES = ((1, 1), (2, 1), (1, 2), (1, 1000), (1000, 1), (3, 3), (31, 33), (257, 255))
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cpu-cache")
+
+
+@pytest.fixture(scope="session")
+def cpu(cache_dir: Path) -> CpuBackend:
+    return CpuBackend(cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="session")
+def lockstep(cache_dir: Path) -> CpuBackend:
+    return CpuBackend(schedule="lockstep", cache_dir=cache_dir)
+
+
+def source(name: str, directory: Path = KERNELS) -> KernelSource:
+    return KernelSource((directory / f"{name}.cu").read_text(), LOCATION)
+
+
+def cell_line(kernel_file: str, text: str, directory: Path = KERNELS) -> int:
+    """The cell line of the first kernel-source line containing `text`."""
+    lines = (directory / f"{kernel_file}.cu").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, start=1) if text in line) + LOCATION.first_line - 1
+
+
+def reduce(backend: Backend, kernel: Kernel, data: np.ndarray, size: tuple[int, ...]) -> float:
+    """One whole reduction the way the grader runs it: poisoned outputs, guard tails, pass after pass."""
+    plan = Plan.create(backend, kernel, size, 256)
+    try:
+        plan.load(data)
+        guard_findings = plan.run(check_each_pass=True)
+        assert guard_findings == ()
+        return plan.result()
+    finally:
+        plan.release()
+
+
+def kinds(findings: tuple[Finding, ...]) -> set[str]:
+    return {f.kind for f in findings}
+
+
+# -- correct kernels -----------------------------------------------------------------------------------------
+
+
+def _reference_cases() -> list[tuple[str, Path]]:
+    cases = [(stage, KERNELS) for stage in REQUIRED_STAGE_IDS]
+    if SOLUTIONS.is_dir():
+        cases += [(path.stem, SOLUTIONS) for path in sorted(SOLUTIONS.glob("*.cu"))]
+    return cases
+
+
+@pytest.mark.parametrize(("stage_id", "directory"), _reference_cases(), ids=lambda v: getattr(v, "name", v))
+def test_reference_kernels_are_correct_with_no_findings(cpu: CpuBackend, stage_id: str, directory: Path) -> None:
+    stage = get_stage(stage_id)
+    kernel = cpu.compile(source(stage_id, directory), stage)
+    rng = np.random.default_rng(7)
+    cases = [(n,) for n in SUM_CASES] if stage.shape is Shape.SUM_1D else list(MAX2D_CASES)
+    for size in cases:
+        count = math.prod(size)
+        integers = rng.integers(-8, 9, count).astype(np.float32)
+        floats = rng.standard_normal(count).astype(np.float32)
+        for data in (integers, floats):
+            got = reduce(cpu, kernel, data, size)
+            if stage.shape is Shape.SUM_1D:
+                expected = float(data.astype(np.float64).sum())
+                tolerance = 1e-5 * float(np.abs(data).sum()) + 1e-6
+            else:
+                expected, tolerance = float(data.max()), 0.0
+            assert abs(got - expected) <= tolerance, f"{stage_id} size {size}: got {got}, expected {expected}"
+    assert cpu.findings() == ()
+
+
+def test_open_stage_features_templates_static_shared_votes_atomics(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("open_features"), get_stage("open"))
+    for n in (1, 4096, 4097, 100_003):
+        assert reduce(cpu, kernel, np.ones(n, np.float32), (n,)) == n
+    assert cpu.findings() == ()
+
+
+def test_namespace_scope_shared_and_explicitly_instantiated_templates(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("namespace_shared"), get_stage("sequential"))
+    for n in (1, 300, 70_001):
+        assert reduce(cpu, kernel, np.ones(n, np.float32), (n,)) == n
+    assert cpu.findings() == ()
+
+
+def test_device_variables_keep_one_copy_in_large_sampled_launches(cpu: CpuBackend) -> None:
+    # Above 2^20 threads most blocks would run the plain build, which has its own copy of the counter.
+    kernel = cpu.compile(source("device_counter"), get_stage("shuffle"))
+    blocks = (1 << 20) // 32 + 5
+    data, out = cpu.upload(np.ones(1, np.float32)), cpu.alloc(1)
+    cpu.fill(out, 0.0)
+    cpu.launch(kernel, (blocks, 1), (64, 1), 0, (data, out, 1))
+    assert cpu.download(out, 1)[0] == blocks
+    assert cpu.findings() == ()
+
+
+def test_last_block_pattern_with_threadfence_is_not_a_race_and_without_it_is(cpu: CpuBackend) -> None:
+    n = 256 * 40
+    for name, races in (("last_block", set()), ("bug_last_block_no_fence", {"race_interblock"})):
+        kernel = cpu.compile(source(name), get_stage("shuffle"))
+        data, out = cpu.upload(np.ones(n, np.float32)), cpu.alloc(40)
+        cpu.launch(kernel, (40, 1), (256, 1), 0, (data, out, n))
+        assert cpu.download(out, 1)[0] == n
+        assert kinds(cpu.findings()) == races, name
+
+
+@pytest.mark.parametrize("schedule", ["reversed", "random"])
+def test_other_schedules_run_correct_kernels_correctly(cache_dir: Path, schedule: str) -> None:
+    backend = CpuBackend(schedule=schedule, seed=3, cache_dir=cache_dir)
+    for stage_id in ("sequential", "unrolled_warp", "shuffle"):
+        kernel = backend.compile(source(stage_id), get_stage(stage_id))
+        assert reduce(backend, kernel, np.ones(5000, np.float32), (5000,)) == 5000
+    assert backend.findings() == ()
+
+
+def test_atomics_in_global_and_shared_memory_are_not_races(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("atomic_global"), get_stage("shuffle"))
+    n = 2000
+    data, out = cpu.upload(np.arange(n, dtype=np.float32)), cpu.alloc(8)
+    cpu.fill(out, 0.0)
+    cpu.launch(kernel, (math.ceil(n / 256), 1), (256, 1), 0, (data, out, n))
+    assert cpu.download(out, 1)[0] == n * (n - 1) / 2
+    assert cpu.findings() == ()
+
+
+def test_warp_collectives_and_shared_atomics_give_what_cuda_gives(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("warp_ops"), get_stage("shuffle"))
+    data, out = cpu.upload(np.arange(64, dtype=np.float32)), cpu.alloc(64 * 9)
+    cpu.launch(kernel, (1, 1), (64, 1), 0, (data, out, 64))
+    got = cpu.download(out, 64 * 9).reshape(64, 9)
+    for t in range(64):
+        lane, base = t % 32, t - t % 32
+        segment_lane = lane % 16
+        expected = [
+            base + 3,
+            t - 1 if lane >= 1 else t,
+            t + 2 if segment_lane + 2 < 16 else t,
+            base + (lane ^ 1),
+            11,  # lanes 0, 3, ..., 30
+            1,  # any(lane == 7) and not all(lane < 31)
+            64,
+            31,
+            32,
+        ]
+        assert got[t].tolist() == expected, f"thread {t}"
+    assert cpu.findings() == ()
+
+
+def test_printf_reaches_stdout(cpu: CpuBackend, capfd: pytest.CaptureFixture[str]) -> None:
+    kernel = cpu.compile(source("printf_kernel"), get_stage("naive"))
+    data, out = cpu.upload(np.ones(4, np.float32)), cpu.alloc(2)
+    cpu.launch(kernel, (2, 1), (32, 1), 0, (data, out, 4))
+    assert capfd.readouterr().out.splitlines() == ["block 0 sees n=4", "block 1 sees n=4"]
+
+
+# -- the defects the checker must find -----------------------------------------------------------------------
+
+
+def test_volatile_last_warp_without_syncwarp_is_a_syncwarp_race(cpu: CpuBackend, lockstep: CpuBackend) -> None:
+    n = 5000
+    # By default the lanes run one after another, so the racy code gives a wrong sum, as on an unlucky GPU.
+    kernel = cpu.compile(source("bug_volatile_no_syncwarp"), get_stage("unrolled_warp"))
+    assert reduce(cpu, kernel, np.ones(n, np.float32), (n,)) != n
+    assert "race_syncwarp" in kinds(cpu.findings())
+    # In lockstep the sum comes out right, and the race is still reported, on the lines of the warp steps.
+    kernel = lockstep.compile(source("bug_volatile_no_syncwarp"), get_stage("unrolled_warp"))
+    assert reduce(lockstep, kernel, np.ones(n, np.float32), (n,)) == n
+    races = [f for f in lockstep.findings() if f.kind == "race_syncwarp"]
+    assert {f.line for f in races} >= {cell_line("bug_volatile_no_syncwarp", "sdata[tid + 1]")}
+    assert all(f.kernel == "reduce_unrolled_warp" and f.thread.startswith("block (0,0,0)") for f in races)
+    assert "__syncwarp()" in races[0].message
+
+
+def test_missing_syncthreads_in_the_tree_loop_is_a_syncthreads_race(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("bug_missing_syncthreads"), get_stage("sequential"))
+    assert reduce(cpu, kernel, np.ones(1000, np.float32), (1000,)) != 1000
+    races = [f for f in cpu.findings() if f.kind == "race_syncthreads"]
+    assert [f.line for f in races] == [cell_line("bug_missing_syncthreads", "sdata[tid] += sdata[tid + s]")]
+    assert "__syncthreads()" in races[0].message
+
+
+def test_every_block_writing_out0_is_an_interblock_race_though_the_sum_is_right(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("bug_every_block_out0"), get_stage("sequential"))
+    n = 256 * 16
+    data, out = cpu.upload(np.ones(n, np.float32)), cpu.alloc(16)
+    cpu.launch(kernel, (16, 1), (256, 1), 1024, (data, out, n))
+    assert cpu.download(out, 1)[0] == n  # blocks run one at a time, so the output check alone passes
+    races = [f for f in cpu.findings() if f.kind == "race_interblock"]
+    assert [f.line for f in races] == [cell_line("bug_every_block_out0", "else g_out[0] += sdata[0]")]
+    assert "g_out[0]" in races[0].message and "another block" in races[0].message
+
+
+def test_missing_bounds_check_is_out_of_bounds_with_buffer_offset_and_thread(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("bug_missing_bounds"), get_stage("sequential"))
+    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    [finding] = [f for f in cpu.findings() if f.kind == "out_of_bounds"]
+    assert finding.line == cell_line("bug_missing_bounds", "sdata[tid] = g_in[i]")
+    assert "g_in[1000]" in finding.message and "1000 values of g_in" in finding.message
+    assert finding.thread == "block (3,0,0) thread (232,0,0)"
+
+
+def test_bounds_are_checked_in_the_last_blocks_of_large_launches(cpu: CpuBackend) -> None:
+    # Above 2^20 threads only the first and last blocks run instrumented: the overrun is in the last one.
+    n = (1 << 20) + 77
+    kernel = cpu.compile(source("bug_missing_bounds"), get_stage("sequential"))
+    data, out = cpu.upload(np.ones(n, np.float32)), cpu.alloc(math.ceil(n / 256))
+    cpu.launch(kernel, (math.ceil(n / 256), 1), (256, 1), 1024, (data, out, n))
+    assert "out_of_bounds" in kinds(cpu.findings())
+
+
+def test_static_shared_array_overrun_is_out_of_bounds(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("bug_static_shared_overrun"), get_stage("sequential"))
+    reduce(cpu, kernel, np.ones(256, np.float32), (256,))
+    [finding] = [f for f in cpu.findings() if f.kind == "out_of_bounds"]
+    assert finding.line == cell_line("bug_static_shared_overrun", "sdata[tid] = i < n")
+    assert finding.thread == "block (0,0,0) thread (255,0,0)"
+    assert "sdata[255]" in finding.message
+
+
+def test_uninitialised_shared_memory_read(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("bug_uninitialised"), get_stage("sequential"))
+    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    [finding] = [f for f in cpu.findings() if f.kind == "uninitialised_read"]
+    assert finding.line == cell_line("bug_uninitialised", "sdata[tid] += sdata[tid + s]")
+    assert "sdata[" in finding.message
+
+
+def test_half_warp_at_barrier_while_half_shuffles_is_a_deadlock(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("bug_deadlock"), get_stage("shuffle"))
+    data, out = cpu.upload(np.ones(32, np.float32)), cpu.alloc(1)
+    with pytest.raises(KernelFault) as fault:
+        cpu.launch(kernel, (1, 1), (32, 1), 0, (data, out, 32))
+    barrier = cell_line("bug_deadlock", "__syncthreads()")
+    shuffle = cell_line("bug_deadlock", "__shfl_down_sync")
+    assert {f.kind for f in fault.value.findings} == {"deadlock"}
+    assert {f.line for f in fault.value.findings} == {barrier, shuffle}
+    message = fault.value.findings[0].message
+    assert f"threads 0-15 wait at __syncthreads() on line {barrier}" in message
+    assert f"threads 16-31 wait at __shfl_down_sync on line {shuffle}" in message
+    assert cpu.findings() == ()  # the fault carries them
+
+
+def test_full_mask_shuffle_after_half_the_warp_exited_reads_inactive_lanes(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("bug_inactive_lane"), get_stage("shuffle"))
+    data, out = cpu.upload(np.ones(32, np.float32)), cpu.alloc(1)
+    cpu.launch(kernel, (1, 1), (32, 1), 0, (data, out, 32))
+    [finding] = [f for f in cpu.findings() if f.kind == "inactive_lane"]
+    assert finding.line == cell_line("bug_inactive_lane", "__shfl_down_sync")
+    assert "lane 0 reads lane 16" in finding.message
+
+
+def test_findings_are_deduplicated_per_kind_and_line(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("bug_missing_bounds"), get_stage("sequential"))
+    for _ in range(3):
+        reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    assert len([f for f in cpu.findings() if f.kind == "out_of_bounds"]) == 1
+    assert cpu.findings() == ()  # reading them clears them
+
+
+# -- metrics ---------------------------------------------------------------------------------------------------
+
+
+def test_strided_index_needs_more_shared_transactions_than_sequential_addressing(cache_dir: Path) -> None:
+    backend = CpuBackend(cache_dir=cache_dir)  # a fresh backend: metrics accumulate per kernel
+    metrics = {}
+    for stage_id in ("naive", "anti_divergence", "sequential"):
+        kernel = backend.compile(source(stage_id), get_stage(stage_id))
+        reduce(backend, kernel, np.ones(1 << 14, np.float32), (1 << 14,))
+        metrics[stage_id] = backend.metrics(kernel)
+    strided = next(m for m in metrics["anti_divergence"].lines if "sdata[index + s]" in m.text)
+    sequential = next(m for m in metrics["sequential"].lines if "sdata[tid + s]" in m.text)
+    assert strided.line == cell_line("anti_divergence", "sdata[index] += sdata[index + s]")
+    assert strided.shared_transactions / strided.shared_requests > 3.0
+    assert sequential.shared_transactions == sequential.shared_requests
+    assert metrics["anti_divergence"].transactions_per_request > metrics["sequential"].transactions_per_request
+    # The modulo test of stage 1 splits warps at every step; the strided index keeps them together.
+    assert metrics["naive"].divergence > 2 * metrics["anti_divergence"].divergence
+
+
+# -- compiling -------------------------------------------------------------------------------------------------
+
+
+def test_compile_errors_carry_notebook_cell_lines(cpu: CpuBackend) -> None:
+    with pytest.raises(CompileError) as error:
+        cpu.compile(source("bug_compile_error"), get_stage("naive"))
+    errors = [m for m in error.value.messages if m.severity == "error"]
+    undeclared = cell_line("bug_compile_error", "undeclared_value")
+    assert errors[0].line == undeclared and "undeclared_value" in errors[0].text
+    assert f"line {undeclared}" in str(error.value)
+    # The bad shuffle fails inside the prelude, yet the message points at the student's line.
+    shuffle = cell_line("bug_compile_error", "__shfl_down_sync")
+    assert any(m.line == shuffle and "__ag_" not in m.text for m in errors)
+
+
+def test_warnings_come_back_with_the_kernel_on_cell_lines(cpu: CpuBackend) -> None:
+    text = source("naive").text.replace("unsigned int tid = threadIdx.x;", "unsigned char tid = 300 + threadIdx.x * 0;")
+    for _ in range(2):  # the second compile comes from the cache and must keep the warnings
+        kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("naive"))
+        [warning] = kernel.warnings
+        assert warning.severity == "warning" and warning.line == cell_line("naive", "unsigned int tid")
+
+
+def test_a_missing_kernel_says_which_signature_the_stage_needs(cpu: CpuBackend) -> None:
+    with pytest.raises(CompileError) as error:
+        cpu.compile(source("naive"), get_stage("sequential"))
+    assert "reduce_sequential" in str(error.value) and "unsigned int n" in str(error.value)
+
+
+def test_builds_are_cached(cpu: CpuBackend, cache_dir: Path) -> None:
+    cpu.compile(source("sequential"), get_stage("sequential"))
+    before = sorted(cache_dir.glob("k-*.so"))
+    cpu.compile(source("sequential"), get_stage("sequential"))
+    assert sorted(cache_dir.glob("k-*.so")) == before
+
+
+def test_thread_sanitizer_hook_names_are_pinned(cpu: CpuBackend, cache_dir: Path) -> None:
+    """GCC's hook names are a de-facto ABI: an instrumented kernel must need exactly hooks the runtime has."""
+    probe = cache_dir / "probe.cpp"
+    probe.write_text(rewrite_shared(
+        "__global__ void k(const float *a, float *b, unsigned int n) {\n"
+        "  extern __shared__ float s[]; volatile float *v = s;\n"
+        "  s[threadIdx.x] = a[threadIdx.x]; __syncthreads(); v[threadIdx.x] += v[threadIdx.x + 1];\n"
+        "  double d = ((const double *)a)[1]; b[0] = (float)d + s[0]; ((char *)b)[5] = 1; ((short *)b)[3] = 2;\n"
+        "}\n"
+    ).text)
+    subprocess.run(
+        ["g++", *COMMON_FLAGS, *CHECK_FLAGS, "-include", str(RUNTIME_DIR / "ag_prelude.h"), "-I", str(RUNTIME_DIR),
+         "-c", str(probe), "-o", str(cache_dir / "probe.o")],
+        check=True,
+    )
+    needed = set(subprocess.run(["nm", "-u", str(cache_dir / "probe.o")], capture_output=True, text=True,
+                                check=True).stdout.split())
+    hooks = {name for name in needed if name.startswith(("__tsan_", "__sanitizer_"))}
+    assert {"__tsan_read4", "__tsan_write4", "__tsan_volatile_read4", "__tsan_volatile_write4", "__tsan_read8",
+            "__tsan_write1", "__tsan_write2", "__sanitizer_cov_trace_pc", "__tsan_init"} <= hooks
+    exported = set(subprocess.run(["nm", "-D", "--defined-only", str(cpu.toolchain.runtime)], capture_output=True,
+                                  text=True, check=True).stdout.split())
+    assert hooks <= exported
+
+
+# -- fibers, availability, isolation ----------------------------------------------------------------------------
+
+
+def test_ucontext_fallback_runs_and_checks(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOGRADER_CPU_FIBERS", "ucontext")
+    backend = CpuBackend(cache_dir=cache_dir)
+    assert backend.fibers == "ucontext" and "ucontext" in backend.device().name
+    kernel = backend.compile(source("shuffle"), get_stage("shuffle"))
+    assert reduce(backend, kernel, np.ones(3001, np.float32), (3001,)) == 3001
+    kernel = backend.compile(source("bug_missing_syncthreads"), get_stage("sequential"))
+    reduce(backend, kernel, np.ones(1000, np.float32), (1000,))
+    assert "race_syncthreads" in kinds(backend.findings())
+
+
+def test_boost_context_fibers_are_used_where_installed(cpu: CpuBackend) -> None:
+    if not Path("/usr/include/boost/context/detail/fcontext.hpp").exists():
+        pytest.skip("Boost.Context is not installed here")
+    assert cpu.fibers == "boost.context"
+
+
+def test_no_compiler_means_backend_unavailable(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CXX", "no-such-compiler-g++")
+    with pytest.raises(BackendUnavailable, match="g\\+\\+"):
+        CpuBackend(cache_dir=cache_dir)
+
+
+def test_unknown_schedule_is_refused(cache_dir: Path) -> None:
+    with pytest.raises(ValueError, match="lockstep"):
+        CpuBackend(schedule="sideways", cache_dir=cache_dir)
+
+
+def _launch_in_worker(backend: Backend, name: str, blocks: int) -> float:
+    kernel = backend.compile(KernelSource((KERNELS / f"{name}.cu").read_text()), get_stage("naive"))
+    data, out = backend.upload(np.ones(4, np.float32)), backend.alloc(4)
+    backend.fill(out, 0.0)
+    backend.launch(kernel, (blocks, 1), (32, 1), 0, (data, out, 4))
+    return float(backend.download(out, 1)[0])
+
+
+def _compile_in_worker(backend: Backend, name: str) -> None:
+    backend.compile(KernelSource((KERNELS / f"{name}.cu").read_text()), get_stage("naive"))
+
+
+def test_a_spin_wait_on_another_block_times_out_and_a_crash_is_a_fault(cache_dir: Path) -> None:
+    from autograder.isolation import Worker
+
+    with Worker("cpu", {"cache_dir": str(cache_dir)}) as worker:
+        worker.call(_compile_in_worker, "spin_wait", timeout=120)
+        with pytest.raises(KernelTimeout):
+            worker.call(_launch_in_worker, "spin_wait", 2, timeout=3)
+        with pytest.raises(KernelFault):
+            worker.call(_launch_in_worker, "wild_pointer", 1, timeout=120)
+        assert worker.call(_launch_in_worker, "printf_kernel", 1, timeout=120) == 0.0
