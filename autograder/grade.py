@@ -183,11 +183,11 @@ class _StageGrader:
                 break
             except KernelFault as error:
                 cases.append(judge(stage, case, None, block_size, error=str(error)))
-                findings.update({(f.kind, f.line): f for f in error.findings})
+                _collect(findings, error.findings)
                 status = Status.CRASHED
                 break
             cases.append(judge(stage, case, value, block_size))
-            findings.update({(f.kind, f.line): f for f in seen})
+            _collect(findings, seen)
         if status is Status.CORRECT and not all(case.passed for case in cases):
             status = Status.INCORRECT
         case_tuple = tuple(cases)
@@ -198,24 +198,25 @@ class _StageGrader:
             hint=hint(stage, case_tuple, block_size) if status is not Status.CORRECT else None,
             compiler=warnings,
             cases=case_tuple,
-            findings=tuple(findings.values()),
+            findings=_distinct(findings),
         )
 
     def _check_on_cpu(self, stage: Stage, source: KernelSource, result: StageResult) -> StageResult:
         """Add the CPU backend's findings (races, bounds, deadlocks) on a few small inputs to a GPU result."""
         if self._checker is None:
             self._checker = Worker("cpu")
-        findings = {(f.kind, f.line): f for f in result.findings}
+        findings: dict[tuple, Finding] = {}
+        _collect(findings, result.findings)
         try:
             for case in analysis_cases(stage, self.options.seed):
                 limit = self.options.case_seconds
                 _, seen = self._checker.call(run_case, stage.id, source, case, self.rubric.block_size, timeout=limit)
-                findings.update({(f.kind, f.line): f for f in seen})
+                _collect(findings, seen)
         except KernelFault as error:
-            findings.update({(f.kind, f.line): f for f in error.findings})
+            _collect(findings, error.findings)
         except GraderError:
             pass  # no CPU backend here, a compile difference or a hang there: the GPU verdict stands alone
-        return replace(result, findings=tuple(findings.values()))
+        return replace(result, findings=_distinct(findings))
 
     def _time(
         self,
@@ -283,6 +284,18 @@ class _StageGrader:
             performance_measured=measured,
         )
         return replace(result, points=points)
+
+
+def _collect(findings: dict[tuple, Finding], new: tuple[Finding, ...]) -> None:
+    """Add findings, one per kind and line."""
+    findings.update({(f.kind, f.line): f for f in new})
+
+
+def _distinct(findings: dict[tuple, Finding]) -> tuple[Finding, ...]:
+    """The findings, less a warp race on a line that also has a block-wide race: two warps racing on a line
+    usually means lanes of one warp race there too, and the missing __syncthreads is the one thing to fix."""
+    barrier_lines = {line for kind, line in findings if kind == "race_syncthreads"}
+    return tuple(f for (kind, line), f in findings.items() if not (kind == "race_syncwarp" and line in barrier_lines))
 
 
 def _compile_failure(stage: Stage, error: CompileError) -> StageResult:

@@ -24,13 +24,20 @@ from autograder.backends.base import Backend, Buffer, Kernel
 from autograder.records import Finding
 from autograder.stages import MAX2D_BLOCK, Shape, Stage
 
-GUARD = 4096  # values after every buffer: more than any block reads past its slice
+GUARD_MIN = 4096  # values after every buffer, at least
 POISON = float("nan")
 
 
 def guard_value(shape: Shape) -> float:
     """What fills an input's guard tail: a value that spoils the reduction if a kernel reads it."""
     return float("nan") if shape is Shape.SUM_1D else float("inf")
+
+
+def guard_length(stage: Stage, size: tuple[int, ...], block_size: int) -> int:
+    """How many guard values follow a buffer: more than a kernel without bounds checks reads past the end,
+    that is one block's slice for a sum, and a whole row (the quadrant below the last) for max2d."""
+    reach = block_size * stage.elements_per_thread if stage.shape is Shape.SUM_1D else 2 * size[0]
+    return max(GUARD_MIN, reach)
 
 
 def pass_sizes(stage: Stage, size: tuple[int, ...], block_size: int) -> list[tuple[int, ...]]:
@@ -95,11 +102,12 @@ class Plan:
         count = math.prod(size)
         first = output_count(stage, size, block_size)
         second = output_count(stage, pass_sizes(stage, size, block_size)[1], block_size) if first > 1 else 1
+        guard = guard_length(stage, size, block_size)
         input_buffer = shared_input
         if input_buffer is None:
-            input_buffer = backend.alloc(count, GUARD)
+            input_buffer = backend.alloc(count, guard)
             backend.fill(input_buffer, guard_value(stage.shape), start=count)
-        scratch = (backend.alloc(first, GUARD), backend.alloc(second, GUARD))
+        scratch = (backend.alloc(first, guard), backend.alloc(second, guard))
         return cls(backend, kernel, size, block_size, input_buffer, scratch, owns_input=shared_input is None)
 
     @property
