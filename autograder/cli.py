@@ -26,8 +26,9 @@ def cli() -> None:
     """Grade the CUDA parallel-reduction assignment."""
 
 
-# Exit statuses: 0 graded (whatever the grades), 1 a usage or configuration error, 2 the grader itself failed.
-EXIT_GRADER_FAILED = 2
+# Exit statuses: 0 graded (whatever the grades), 1 a configuration error, 2 a usage error (click), 3 the grader
+# itself failed on a hand-in.
+EXIT_GRADER_FAILED = 3
 
 
 def _options(backend: str, rubric: Path | None, seed: int | None, quick: bool, speed: bool) -> GradeOptions:

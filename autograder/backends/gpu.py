@@ -4,7 +4,8 @@ PyCUDA is imported when a GpuBackend is made, so the package imports where it is
 
 How it runs kernels:
 
-- One CUDA context per backend, made explicitly (no `pycuda.autoinit`) and detached by `close`.
+- The device's primary context, retained and made current explicitly (no `pycuda.autoinit`), released by
+  `close`.
 - Kernels are compiled as C++ (no `extern "C"` wrapping, so students may write templates) and looked up by
   their mangled name, falling back to the plain name for a kernel the student declared `extern "C"`.
 - Compiler output never reaches stderr: nvcc's diagnostics become CompilerMessage records. Compiled cubins
@@ -161,8 +162,12 @@ class GpuBackend(Backend):
             )
         self._device = cuda.Device(device_index)
         try:
-            # MAP_HOST: the hold kernel polls a flag in page-locked host memory.
-            self._context = self._device.make_context(cuda.ctx_flags.SCHED_AUTO | cuda.ctx_flags.MAP_HOST)
+            # The device's primary context, the one the CUDA runtime uses: cupy and torch (CUB's figure in a
+            # calibration, the benchmark) then share it instead of making their own current under ours, which
+            # would leave our stream and kernels "invalid resource handles". Host memory is always mapped in it
+            # (unified addressing), as the hold kernel needs.
+            self._context = self._device.retain_primary_context()
+            self._context.push()
         except cuda.Error as error:
             raise errors.BackendUnavailable(
                 f"cannot create a CUDA context on {self._device.name()}: {error}"

@@ -1,0 +1,88 @@
+"""The command line on the CPU backend: arguments, outputs, exit statuses, and bad hand-ins in a class."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from expectations import EXAMPLES
+
+from autograder.cli import cli
+from autograder.notebook import kernel_cell
+from autograder.references import reference_source
+
+
+@pytest.fixture(scope="module")
+def small_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two real hand-ins, a damaged notebook, and a student folder with no notebook."""
+    folder = tmp_path_factory.mktemp("submissions")
+    shutil.copy(EXAMPLES / "frank.ipynb", folder / "frank.ipynb")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [kernel_cell("naive", reference_source("naive").text)]
+    nbformat.write(notebook, folder / "nina.ipynb")
+    (folder / "broken.ipynb").write_text('{"cells": [')
+    (folder / "empty_folder").mkdir()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def graded(small_class: Path, tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("results")
+    args = ["grade", str(small_class), "--out", str(out), "--backend", "cpu", "--quick", "--seed", "11"]
+    return CliRunner().invoke(cli, args), out
+
+
+def test_grade_writes_a_result_per_student_and_the_class_table(graded) -> None:
+    result, out = graded
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.glob("*.json")) == ["broken.json", "empty_folder.json", "frank.json", "nina.json"]
+    table = pd.read_csv(out / "grades.csv").set_index("student")
+    assert table.loc["nina", "naive_status"] == "correct" and table.loc["nina", "total"] == 10
+    assert table.loc["frank", "first_add_status"] == "compile_error"
+    assert "graded 4 student(s)" in result.output
+
+
+def test_bad_hand_ins_get_a_verdict_and_a_reason_and_grading_goes_on(graded) -> None:
+    _, out = graded
+    broken = json.loads((out / "broken.json").read_text())
+    assert broken["problems"] and "not a readable notebook" in broken["problems"][0]
+    assert {stage["status"] for stage in broken["stages"]} == {"invalid_cell"}
+    empty = json.loads((out / "empty_folder.json").read_text())
+    assert "no notebook" in empty["problems"][0]
+    frank = json.loads((out / "frank.json").read_text())
+    first_add = next(s for s in frank["stages"] if s["stage"] == "first_add")
+    assert "does not compile at line" in first_add["message"] and first_add["compiler"][0]["line"]
+
+
+def test_the_seed_is_recorded_and_reproduces_the_inputs(graded) -> None:
+    _, out = graded
+    assert json.loads((out / "nina.json").read_text())["seed"] == 11
+
+
+def test_check_prints_the_stage_table_with_details(tmp_path: Path) -> None:
+    target = tmp_path / "frank.json"
+    args = ["check", str(EXAMPLES / "frank.ipynb"), "--backend", "cpu", "--quick", "--json", str(target)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "frank: 60 / 70 points" in result.output
+    assert "does not compile at line" in result.output
+    assert json.loads(target.read_text())["student"] == "frank"
+
+
+def test_a_bad_rubric_is_a_configuration_error(tmp_path: Path) -> None:
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text("block_size = 100\n")
+    result = CliRunner().invoke(cli, ["check", str(EXAMPLES / "alice.ipynb"), "--rubric", str(rubric)])
+    assert result.exit_code == 1 and "block_size must be one of" in result.output
+
+
+def test_usage_errors_name_the_problem(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["grade", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+    result = CliRunner().invoke(cli, ["grade", str(tmp_path), "--backend", "tpu"])
+    assert result.exit_code == 2 and "'tpu' is not one of" in result.output

@@ -1,0 +1,55 @@
+"""The GPU grading path on a real GPU: calibration, CUB in the same worker, and `autograder check`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from expectations import EXAMPLES
+
+from autograder.calibration import cub_bandwidth, load_calibration, measure
+from autograder.cli import cli
+from autograder.isolation import Worker
+from autograder.launch import Plan
+from autograder.references import reference_source
+from autograder.rubric import load_rubric
+from autograder.stages import get_stage
+
+pytestmark = pytest.mark.gpu
+
+
+def cub_then_reduce(backend) -> tuple[float | None, float, float]:
+    """CUB through cupy first, then one of our reductions, in one process."""
+    cub = cub_bandwidth(backend, 1 << 20)
+    kernel = backend.compile(reference_source("shuffle"), get_stage("shuffle"))
+    data = np.arange(100_003, dtype=np.float32) % 7
+    plan = Plan.create(backend, kernel, (data.size,), 256)
+    plan.load(data)
+    plan.run(check_each_pass=True)
+    return cub, plan.result(), float(data.astype(np.float64).sum())
+
+
+def test_cupy_in_the_worker_leaves_our_kernels_working() -> None:
+    pytest.importorskip("cupy")
+    with Worker("gpu") as worker:
+        cub, got, expected = worker.call(cub_then_reduce, timeout=120)
+    assert cub and cub > 100
+    assert got == expected
+
+
+def test_a_fresh_calibration_agrees_with_the_shipped_one() -> None:
+    settings = load_rubric().timing
+    with Worker("gpu") as worker:
+        shipped = load_calibration(worker.device.name, settings)
+        if shipped is None:
+            pytest.skip(f"no calibration shipped for {worker.device.name}")
+        fresh = worker.call(measure, settings, 1, timeout=900)
+    for stage_id, stage in shipped.stages.items():
+        if stage.step_speedup:
+            assert fresh.stages[stage_id].step_speedup == pytest.approx(stage.step_speedup, rel=0.04), stage_id
+
+
+def test_check_gives_the_complete_hand_in_full_marks() -> None:
+    result = CliRunner().invoke(cli, ["check", str(EXAMPLES / "alice.ipynb"), "--backend", "gpu"])
+    assert result.exit_code == 0, result.output
+    assert "alice: 100 / 100 points" in result.output
