@@ -137,8 +137,13 @@ class Points:
     correctness: float
     performance: float
     penalty: float  # deducted for findings, per the rubric
-    max_points: float
+    max_correctness: float
+    max_performance: float  # 0 where performance is not counted (on the CPU backend)
     lines: tuple[str, ...] = ()  # the rubric line by line, for feedback
+
+    @property
+    def max_points(self) -> float:
+        return self.max_correctness + self.max_performance
 
     @property
     def total(self) -> float:

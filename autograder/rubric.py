@@ -109,10 +109,10 @@ def score(
         f"correctness {correctness:g}/{available.correctness:g}: "
         + (f"{passed_cases} of {total_cases} cases right" if total_cases else status.value.replace("_", " "))
     ]
-    max_points = available.correctness
+    max_performance = 0.0
     performance_points = 0.0
     if performance_measured:
-        max_points += available.performance
+        max_performance = available.performance
         fast = performance.verdict is PerfVerdict.FAST_ENOUGH
         performance_points = available.performance if correct and fast else 0.0
         lines.append(f"performance {performance_points:g}/{available.performance:g}: {performance.reason}")
@@ -123,7 +123,7 @@ def score(
     if penalty:
         kinds = ", ".join(sorted({f.kind for f in findings if rubric.penalties.get(f.kind)}))
         lines.append(f"penalty -{penalty:g}: {kinds}")
-    return Points(correctness, performance_points, penalty, max_points, tuple(lines))
+    return Points(correctness, performance_points, penalty, available.correctness, max_performance, tuple(lines))
 
 
 def judge_speed(

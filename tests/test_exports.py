@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -25,7 +24,7 @@ def by_name(results: list[StudentResult]) -> dict[str, StudentResult]:
 
 def results_json(name: str, visibility: str = "visible") -> dict:
     results = make_class()
-    data = exports.gradescope_results(by_name(results)[name], exports.correctness_maxima(results), visibility)
+    data = exports.gradescope_results(by_name(results)[name], visibility)
     return json.loads(json.dumps(data))  # what Gradescope reads: plain JSON
 
 
@@ -91,12 +90,14 @@ def test_visibility_is_passed_on_and_checked() -> None:
         results_json("ada", "sometimes")
 
 
-def test_a_stage_nobody_got_right_takes_its_split_from_the_rubric() -> None:
-    ken = by_name(make_class())["ken"]  # first_add and later are not attempted, and ken is alone
-    maxima = exports.correctness_maxima([ken])
-    assert maxima["first_add"] == 10.0 and maxima["naive"] == 10.0
-    moved = dataclasses.replace(ken, rubric="/nowhere/rubric.toml")
-    assert "first_add" not in exports.correctness_maxima([moved])  # no rubric, nobody correct: unknown
+def test_each_stage_shows_its_split_of_points_on_either_backend() -> None:
+    students = by_name(make_class())
+    grace = {t["name"]: t for t in exports.gradescope_results(students["grace"])["tests"]}  # GPU, compile error
+    assert grace["4. First add during load: correctness"]["max_score"] == 10.0
+    assert grace["4. First add during load: performance"]["max_score"] == 5.0
+    ken = {t["name"]: t for t in exports.gradescope_results(students["ken"])["tests"]}  # CPU: speed not counted
+    assert ken["4. First add during load: correctness"]["max_score"] == 10.0
+    assert ken["4. First add during load: performance"]["max_score"] == 0.0
 
 
 def test_the_gradebook_has_a_row_per_student_and_a_column_per_stage() -> None:

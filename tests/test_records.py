@@ -37,7 +37,7 @@ def sample() -> StudentResult:
             1.01,
             1.25,
         ),
-        points=Points(10, 5, 0, 15, ("correctness 10/10",)),
+        points=Points(10, 5, 0, 10, 5, ("correctness 10/10",)),
     )
     return StudentResult(
         student="ada",

@@ -16,51 +16,25 @@ from typing import Any
 
 import pandas as pd
 
-from autograder.errors import GraderError
 from autograder.publish.feedback import file_stems
 from autograder.publish.figures import StageFigures, all_figures, best_verified, case_value, fmt_number
 from autograder.publish.results import load_results, results_folder
 from autograder.records import PerfVerdict, Status, StudentResult
-from autograder.rubric import load_rubric
 from autograder.stages import STAGES
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 FAILED_CASES_SHOWN = 10  # a test's output is read on one screen
 
 
-def correctness_maxima(results: Sequence[StudentResult]) -> dict[str, float]:
-    """Per stage, the points its correctness check can give.
-
-    A stage's record carries its maximum but not the split between correctness and performance. The rubric
-    gives all correctness points to a correct stage, so the split is read off any correct stage of the class;
-    for a stage nobody got right, from the rubric file the results name, where it can still be read.
-    """
-    maxima: dict[str, float] = {}
-    for result in results:
-        for record in result.stages:
-            if record.points is not None and record.status is Status.CORRECT:
-                maxima[record.stage] = max(maxima.get(record.stage, 0.0), record.points.correctness)
-    for path in sorted({r.rubric for r in results}):
-        try:
-            rubric = load_rubric(path)
-        except GraderError:
-            continue  # the results were moved away from their rubric: the class's figures must do
-        for stage_id, points in rubric.stages.items():
-            maxima.setdefault(stage_id, points.correctness)
-    return maxima
-
-
-def gradescope_results(
-    result: StudentResult, maxima: dict[str, float], visibility: str = "visible"
-) -> dict[str, Any]:
-    """The results.json of one student; `maxima` from `correctness_maxima` of the whole class."""
+def gradescope_results(result: StudentResult, visibility: str = "visible") -> dict[str, Any]:
+    """The results.json of one student."""
     if visibility not in VISIBILITIES:
         raise ValueError(f"visibility must be one of {', '.join(VISIBILITIES)}, not {visibility!r}")
     tests: list[dict[str, Any]] = []
     for figures in all_figures(result):
         if figures.result is None and figures.stage.optional:
             continue  # an optional stage the student did not hand in is no failed test
-        tests += _stage_tests(figures, maxima.get(figures.stage.id), visibility)
+        tests += _stage_tests(figures, visibility)
     summary = f"{result.total:g} of {result.max_total:g} points."
     if result.problems:
         summary += "\nProblems with the notebook:\n" + "\n".join(f"- {p}" for p in result.problems)
@@ -75,10 +49,10 @@ def gradescope_results(
     }
 
 
-def _stage_tests(figures: StageFigures, correctness_max: float | None, visibility: str) -> list[dict[str, Any]]:
+def _stage_tests(figures: StageFigures, visibility: str) -> list[dict[str, Any]]:
     """The correctness, performance and findings entries of one stage; penalties for findings are negative
-    scores on the findings entry, whose maximum is 0. The performance maximum is what the stage's maximum
-    leaves (nothing on the CPU backend, where performance is not counted)."""
+    scores on the findings entry, whose maximum is 0. On the CPU backend performance is not counted: its
+    maximum is 0."""
     stage = figures.stage
     name = f"{stage.number}. {stage.title}"
     record = figures.result
@@ -87,28 +61,49 @@ def _stage_tests(figures: StageFigures, correctness_max: float | None, visibilit
     if record and record.hint:
         correctness_lines.append(f"Hint: {record.hint}")
     if record:
-        correctness_lines += [f"Compiler {m.severity}" + (f" (cell line {m.line})" if m.line else "") + f": {m.text}"
-                              for m in record.compiler]
+        correctness_lines += [
+            f"Compiler {m.severity}" + (f" (cell line {m.line})" if m.line else "") + f": {m.text}"
+            for m in record.compiler
+        ]
         failed = [c for c in record.cases if not c.passed]
-        correctness_lines += [f"Failed: {c.label}: expected {case_value(c.expected)}, got "
-                              f"{c.error or case_value(c.got)}" for c in failed[:FAILED_CASES_SHOWN]]
+        correctness_lines += [
+            f"Failed: {c.label}: expected {case_value(c.expected)}, got {c.error or case_value(c.got)}"
+            for c in failed[:FAILED_CASES_SHOWN]
+        ]
         if len(failed) > FAILED_CASES_SHOWN:
-            correctness_lines.append(f"... and {len(failed) - FAILED_CASES_SHOWN} more failed cases "
-                                     "(all of them are in the feedback page).")
+            correctness_lines.append(
+                f"... and {len(failed) - FAILED_CASES_SHOWN} more failed cases (all of them are in the feedback page)."
+            )
     findings = record.findings if record else ()
-    findings_lines = [f.kind.replace("_", " ") + (f" at cell line {f.line}" if f.line else "") + f": {f.message}"
-                      for f in findings] or ["No race or bounds findings."]
+    findings_lines = [
+        f.kind.replace("_", " ") + (f" at cell line {f.line}" if f.line else "") + f": {f.message}" for f in findings
+    ] or ["No race or bounds findings."]
     fast = record is not None and record.performance.verdict is PerfVerdict.FAST_ENOUGH
-    whole = points.max_points if points else 0.0
-    correctness_max = whole if correctness_max is None else min(whole, correctness_max)
     return [
-        _test(f"{name}: correctness", points.correctness if points else 0.0, correctness_max,
-              "\n".join(correctness_lines), figures.status is Status.CORRECT, visibility),
-        _test(f"{name}: performance", points.performance if points else 0.0, whole - correctness_max,
-              _performance_text(figures),
-              fast, visibility),
-        _test(f"{name}: findings", 0.0 - points.penalty if points else 0.0, 0.0, "\n".join(findings_lines),
-              not findings, visibility),
+        _test(
+            f"{name}: correctness",
+            points.correctness if points else 0.0,
+            points.max_correctness if points else 0.0,
+            "\n".join(correctness_lines),
+            figures.status is Status.CORRECT,
+            visibility,
+        ),
+        _test(
+            f"{name}: performance",
+            points.performance if points else 0.0,
+            points.max_performance if points else 0.0,
+            _performance_text(figures),
+            fast,
+            visibility,
+        ),
+        _test(
+            f"{name}: findings",
+            0.0 - points.penalty if points else 0.0,
+            0.0,
+            "\n".join(findings_lines),
+            not findings,
+            visibility,
+        ),
     ]
 
 
@@ -121,20 +116,26 @@ def _performance_text(figures: StageFigures) -> str:
         return f"Not measured: {performance.reason}."
     parts = [f"{performance.verdict.value.replace('_', ' ').capitalize()}: {performance.reason}."]
     if figures.yours:
-        parts.append(f"Your time {fmt_number(figures.yours.median_ms, 4)} ms, "
-                     f"{fmt_number(figures.yours.gbps, 4)} GB/s.")
+        parts.append(
+            f"Your time {fmt_number(figures.yours.median_ms, 4)} ms, {fmt_number(figures.yours.gbps, 4)} GB/s."
+        )
     if figures.reference:
         parts.append(f"Reference time {fmt_number(figures.reference.median_ms, 4)} ms.")
     if performance.speedup is not None:
-        required = (f" (required {fmt_number(performance.required_speedup)}x)"
-                    if performance.required_speedup else "")
+        required = f" (required {fmt_number(performance.required_speedup)}x)" if performance.required_speedup else ""
         parts.append(f"Speedup over {performance.baseline}: {fmt_number(performance.speedup)}x{required}.")
     return " ".join(parts)
 
 
 def _test(name: str, score: float, max_score: float, output: str, passed: bool, visibility: str) -> dict[str, Any]:
-    return {"name": name, "score": score, "max_score": max_score, "status": "passed" if passed else "failed",
-            "output": output, "visibility": visibility}
+    return {
+        "name": name,
+        "score": score,
+        "max_score": max_score,
+        "status": "passed" if passed else "failed",
+        "output": output,
+        "visibility": visibility,
+    }
 
 
 def _leaderboard(result: StudentResult) -> list[dict[str, Any]]:
@@ -144,15 +145,24 @@ def _leaderboard(result: StudentResult) -> list[dict[str, Any]]:
         entries.append({"name": "Best GB/s", "value": round(best.yours.gbps, 1), "order": "desc"})
     for figures in all_figures(result):
         if figures.verified and figures.yours:
-            entries.append({"name": f"{figures.stage.title} (ms)", "value": round(figures.yours.median_ms, 5),
-                            "order": "asc"})
+            entries.append(
+                {"name": f"{figures.stage.title} (ms)", "value": round(figures.yours.median_ms, 5), "order": "asc"}
+            )
     return entries
 
 
 def gradebook(results: Sequence[StudentResult]) -> pd.DataFrame:
     """One row per student, one column of points per stage that carries points, and the total."""
-    scored = [s for s in STAGES if any(f.points is not None and (f.max_points or not s.optional)
-                                       for r in results for f in all_figures(r) if f.stage is s)]
+    scored = [
+        s
+        for s in STAGES
+        if any(
+            f.points is not None and (f.max_points or not s.optional)
+            for r in results
+            for f in all_figures(r)
+            if f.stage is s
+        )
+    ]
     rows = []
     for result in results:
         by_id = {f.stage.id: f for f in all_figures(result)}
@@ -178,12 +188,11 @@ def main(
     target = out or results_folder(results_path) / "exports"
     written: list[Path] = []
     if gradescope:
-        maxima = correctness_maxima(results)
         stems = file_stems([r.student for r in results])
         for result in results:
             path = target / "gradescope" / stems[result.student] / "results.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            data = gradescope_results(result, maxima, visibility)
+            data = gradescope_results(result, visibility)
             path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
             written.append(path)
     if lms:
