@@ -28,7 +28,7 @@ from autograder.records import (
     Status,
     StudentResult,
 )
-from autograder.references import reference_source
+from autograder.references import reference_source, references_available
 from autograder.rubric import Rubric, judge_speed, load_rubric, score
 from autograder.stages import STAGE_IDS, Stage, get_stage
 from autograder.timing import TimedKernel, WrongTimedResult, time_interleaved
@@ -89,15 +89,16 @@ def grade_stages(
     worker: Worker | None = None,
     problems: Mapping[str, str] | None = None,
     progress: Progress | None = None,
+    earlier: Mapping[str, StageResult] | None = None,
 ) -> tuple[StageResult, ...]:
     """Grade the stages in `only` (all, when None), in catalogue order.
 
-    A stage's speedup is measured over the student's own previous stage when that one is correct (its source
-    in `sources`), else over the reference previous stage.
+    A stage's speedup is measured over the student's own previous stage when that one is correct (its result
+    in `earlier` or graded in this call, its source in `sources`), else over the reference previous stage.
     """
     options = (options or GradeOptions()).with_seed()
     wanted = [stage_id for stage_id in STAGE_IDS if only is None or stage_id in only]
-    results: dict[str, StageResult] = {}
+    results: dict[str, StageResult] = dict(earlier or {})
     with _worker_for(options, worker) as active:
         grader = _StageGrader(options, active)
         try:
@@ -137,6 +138,7 @@ class _StageGrader:
         self.worker = worker
         self._calibration: calibrations.Calibration | None = None
         self._checker: Worker | None = None
+        self._references = references_available()
 
     def close(self) -> None:
         if self._checker is not None:
@@ -232,6 +234,9 @@ class _StageGrader:
             return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, reason))
         if not self.options.measure_speed:
             return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, "speed not measured (--no-speed)"))
+        if not self._references:
+            reason = "not measured here: the reference kernels it is timed against are not installed"
+            return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, reason))
         kernels = [TimedKernel("yours", stage.id, source)]
         baseline = None
         if stage.previous:
@@ -272,7 +277,7 @@ class _StageGrader:
         return self._calibration
 
     def _finish(self, stage: Stage, result: StageResult) -> StageResult:
-        measured = self.worker.device.backend == "gpu" and self.options.measure_speed
+        measured = self.worker.device.backend == "gpu" and self.options.measure_speed and self._references
         points = score(
             self.rubric,
             stage.id,

@@ -25,3 +25,11 @@ def reference_source(stage_id: str) -> KernelSource:
         raise ConfigError(
             f"no reference kernel for '{stage_id}' at {path}; set AUTOGRADER_SOLUTIONS to the solutions folder"
         ) from None
+
+
+def references_available() -> bool:
+    """Whether every reference kernel is here. A student's installation may hold none: speed is then graded
+    only by the course's grader."""
+    from autograder.stages import MAX2D_BASELINE, STAGE_IDS
+
+    return all((KERNELS_DIR / f"{stage_id}.cu").exists() for stage_id in (*STAGE_IDS, MAX2D_BASELINE.id))

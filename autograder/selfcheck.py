@@ -52,7 +52,7 @@ from autograder.records import (
     StudentResult,
 )
 from autograder.rubric import Rubric, load_rubric
-from autograder.stages import STAGE_IDS, STAGES, Stage, get_stage
+from autograder.stages import STAGES, Stage, get_stage
 
 BACKEND_ENV = "AUTOGRADER_BACKEND"
 QUICK_ENV = "AUTOGRADER_QUICK"
@@ -163,14 +163,14 @@ def check(stage_id: str, source: str) -> StageReport:
     try:
         options, worker = _session.grading()
         sources: dict[str, KernelSource | None] = {stage.id: kernel}
-        only = [stage.id]
-        previous = _previous_to_time(stage, options, worker)
-        if previous is not None:
-            # grade_stages times a stage against the student's own previous stage only when it graded that
-            # one in the same call, so the previous stage is verified again here.
-            sources[stage.previous] = previous
-            only.insert(0, stage.previous)
-        result = quietly(lambda: grade_stages(sources, only=only, options=options, worker=worker))[-1]
+        earlier = {}
+        if stage.previous in _session.results and stage.previous in _session.sources:
+            # Timed against the student's own previous stage when it was checked correct in this session.
+            sources[stage.previous] = KernelSource(text=_session.sources[stage.previous])
+            earlier[stage.previous] = _session.results[stage.previous]
+        result = quietly(
+            lambda: grade_stages(sources, only=[stage.id], options=options, worker=worker, earlier=earlier)
+        )[-1]
         device = quietly(lambda: worker.device)
     except GraderError as error:
         _session.drop_worker()  # this one could not start or has died: the next check starts a fresh one
@@ -222,19 +222,6 @@ def _cell_line_of(source: str) -> int | None:
         if text == source:
             return first_line
     return None
-
-
-def _previous_to_time(stage: Stage, options: GradeOptions, worker: Worker) -> KernelSource | None:
-    """The student's previous stage to time this one against, when it was checked and was correct."""
-    if stage.previous not in STAGE_IDS or not options.measure_speed:
-        return None
-    earlier = _session.results.get(stage.previous)
-    text = _session.sources.get(stage.previous)
-    if earlier is None or text is None or earlier.status is not Status.CORRECT:
-        return None
-    if quietly(lambda: worker.device).backend != "gpu":
-        return None  # nothing is timed on the CPU backend, so the previous stage need not be verified again
-    return KernelSource(text=text)
 
 
 # --- the report of one stage -----------------------------------------------------------------------------

@@ -77,7 +77,7 @@ class Stage:
 
         A hand-in whose kernel is still this stub is "not attempted".
         """
-        return f"{self.signature}\n{{\n    // TODO: implement the {self.title.lower()} stage here.\n}}\n"
+        return f"{self.signature}\n{{\n    // TODO: your kernel for stage {self.number} ({self.title}) goes here.\n}}\n"
 
 
 STAGES: tuple[Stage, ...] = (
