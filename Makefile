@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml scripts/install-system-packages.sh
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -c "import pycuda" 2>/dev/null || $(PY) -m pip install -q '.[gpu]' 2>/dev/null || \
-		echo "PyCUDA is not installed (no CUDA driver here): grading runs on the CPU backend."
+	@if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then \
+		$(PY) -m pip install -q -e '.[gpu]' || echo "PyCUDA did not build: grading runs on the CPU backend."; \
+	else \
+		echo "No CUDA driver here, so no PyCUDA: grading runs on the CPU backend."; \
+	fi
 	touch $(STAMP)
 
 clean:
