@@ -103,6 +103,8 @@ def grade(
     output = Console()
     output.print(report.class_table(run.results))
     output.print(report.class_summary(run.results, run.failures))
+    if run.results:
+        output.print(report.backend_note(run.results[0].device, backend))
     output.print(f"results: {out}/<student>.json, class table: {out}/grades.csv")
     if run.failures:
         sys.exit(EXIT_GRADER_FAILED)
@@ -126,7 +128,7 @@ def check(
     """Grade one NOTEBOOK and show its stage table."""
     options = _options(backend, rubric, seed, quick, speed)
     result = grade_notebook(notebook, student or notebook.stem, options)
-    report.print_student(result)
+    report.print_student(result, asked=backend)
     if json_out:
         write_json(json_out, to_dict(result))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from autograder.records import PerfVerdict, StageResult, Status, StudentResult
+from autograder.records import DeviceInfo, PerfVerdict, StageResult, Status, StudentResult
 from autograder.stages import REQUIRED_STAGE_IDS, get_stage
 
 STATUS_STYLE = {
@@ -122,7 +122,15 @@ def class_summary(results: tuple[StudentResult, ...], failures: tuple[tuple[str,
     return "\n".join(lines)
 
 
-def print_student(result: StudentResult, console: Console | None = None) -> None:
+def backend_note(device: DeviceInfo, asked: str) -> str:
+    """Which backend graded, and why speed is or is not in the grades."""
+    if device.backend == "gpu":
+        return f"graded on {device.name} (gpu backend)"
+    why = "no GPU here (no PyCUDA, or no CUDA device), so " if asked == "auto" else ""
+    return f"{why}graded on the CPU backend ({device.name}): correctness and races only, speed not measured"
+
+
+def print_student(result: StudentResult, console: Console | None = None, asked: str = "auto") -> None:
     console = console or Console()
     console.print(student_table(result))
     for stage in result.stages:
@@ -133,4 +141,4 @@ def print_student(result: StudentResult, console: Console | None = None) -> None
                 console.print(f"  {line}", markup=False, highlight=False)
     for problem in result.problems:
         console.print(f"[yellow]problem:[/] {problem}")
-    console.print(f"seed {result.seed}, {result.device.name} ({result.device.backend} backend)")
+    console.print(f"seed {result.seed}; {backend_note(result.device, asked)}")

@@ -45,6 +45,7 @@ def test_grade_writes_a_result_per_student_and_the_class_table(graded) -> None:
     assert table.loc["nina", "naive_status"] == "correct" and table.loc["nina", "total"] == 10
     assert table.loc["frank", "first_add_status"] == "compile_error"
     assert "graded 4 student(s)" in result.output
+    assert "graded on the CPU backend" in result.output and "speed not measured" in result.output
 
 
 def test_bad_hand_ins_get_a_verdict_and_a_reason_and_grading_goes_on(graded) -> None:
