@@ -1,6 +1,6 @@
 """Time the CPU backend on each reference stage: one whole reduction, with all checks and without.
 
-    .venv/bin/python bench/cpu_backend.py [--size 1048576] [--kernels tests/cpu_kernels]
+    .venv/bin/python bench/cpu_backend.py [--size 1048576] [--kernels solutions/reduction/kernels]
 
 It also times what grading one submission costs on the CPU backend: compiling all seven stages and running
 every correctness size of the catalogue (SUM_SIZES, MAX2D_SHAPES) with checks on. Targets: a 2^20-element
@@ -40,7 +40,7 @@ def reduce_once(backend: CpuBackend, kernel, size: tuple[int, ...]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=1 << 20)
-    parser.add_argument("--kernels", type=Path, default=ROOT / "tests" / "cpu_kernels")
+    parser.add_argument("--kernels", type=Path, default=ROOT / "solutions" / "reduction" / "kernels")
     options = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as cache:
