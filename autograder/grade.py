@@ -32,7 +32,15 @@ from autograder.references import reference_source, references_available
 from autograder.rubric import Rubric, judge_speed, load_rubric, score
 from autograder.stages import STAGE_IDS, Stage, get_stage
 from autograder.timing import TimedKernel, WrongTimedResult, time_interleaved
-from autograder.verify import analysis_cases, compile_only, correctness_cases, hint, judge, run_case
+from autograder.verify import (
+    analysis_cases,
+    compile_only,
+    correctness_cases,
+    hint,
+    judge,
+    kernel_metrics,
+    run_case,
+)
 
 COMPILE_SECONDS = 120.0
 
@@ -192,15 +200,20 @@ class _StageGrader:
             _collect(findings, seen)
         if status is Status.CORRECT and not all(case.passed for case in cases):
             status = Status.INCORRECT
+        metrics = None
+        if status in (Status.CORRECT, Status.INCORRECT):
+            metrics = self.worker.call(kernel_metrics, stage.id, source, timeout=COMPILE_SECONDS)
         case_tuple = tuple(cases)
+        distinct = _distinct(findings)
         return StageResult(
             stage=stage.id,
             status=status,
             message=_verification_message(status, case_tuple),
-            hint=hint(stage, case_tuple, block_size) if status is not Status.CORRECT else None,
+            hint=hint(stage, case_tuple, block_size, distinct) if status is not Status.CORRECT else None,
             compiler=warnings,
             cases=case_tuple,
-            findings=_distinct(findings),
+            findings=distinct,
+            metrics=metrics,
         )
 
     def _check_on_cpu(self, stage: Stage, source: KernelSource, result: StageResult) -> StageResult:

@@ -95,6 +95,29 @@ FINDING_KINDS = (
 
 
 @dataclass(frozen=True)
+class LineMetric:
+    """A teaching approximation measured per source line by the CPU backend."""
+
+    line: int | None  # the notebook cell's line
+    text: str  # the source line itself
+    shared_requests: int  # warp-wide shared-memory requests issued from this line
+    shared_transactions: int  # transactions they needed: 1 per request without bank conflicts
+
+
+@dataclass(frozen=True)
+class KernelMetrics:
+    """What the CPU backend measured of one kernel's launches."""
+
+    lines: tuple[LineMetric, ...]
+    divergence: float  # share of warp-steps in which the lanes of a warp took different paths
+
+    @property
+    def transactions_per_request(self) -> float:
+        requests = sum(m.shared_requests for m in self.lines)
+        return sum(m.shared_transactions for m in self.lines) / requests if requests else 0.0
+
+
+@dataclass(frozen=True)
 class CaseResult:
     """One correctness case: one input size and kind, and what the kernel gave."""
 
@@ -163,6 +186,7 @@ class StageResult:
         default_factory=lambda: Performance(PerfVerdict.NOT_MEASURED, "the stage is not correct")
     )
     points: Points | None = None
+    metrics: KernelMetrics | None = None  # bank conflicts and divergence, where the backend measures them
 
 
 @dataclass(frozen=True)

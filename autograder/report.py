@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from autograder.records import DeviceInfo, PerfVerdict, StageResult, Status, StudentResult
+from autograder.records import DeviceInfo, KernelMetrics, PerfVerdict, StageResult, Status, StudentResult
 from autograder.stages import REQUIRED_STAGE_IDS, get_stage
 
 STATUS_STYLE = {
@@ -47,6 +47,26 @@ def student_table(result: StudentResult) -> Table:
             f"{stage.points.total:g}/{stage.points.max_points:g}" if stage.points else "-",
         )
     return table
+
+
+CONFLICTED = 1.5  # transactions per warp request above which a line is worth naming
+
+
+def metric_notes(metrics: KernelMetrics | None) -> list[str]:
+    """What the CPU backend measured, in words: the lines with bank conflicts and the share of divergent
+    warp steps. Teaching approximations of what a profiler reports, not the profiler's figures."""
+    if metrics is None:
+        return []
+    notes = [
+        f"shared memory: {line.shared_transactions / line.shared_requests:.1f} transactions per warp request "
+        f"at line {line.line} ({line.text.strip()}): bank conflicts"
+        for line in metrics.lines
+        if line.shared_requests and line.shared_transactions / line.shared_requests > CONFLICTED
+    ]
+    if metrics.lines:
+        notes.append(f"shared memory overall: {metrics.transactions_per_request:.2f} transactions per warp request")
+    notes.append(f"divergence: lanes of a warp took different paths in {metrics.divergence:.0%} of warp steps")
+    return notes
 
 
 def stage_details(stage: StageResult) -> list[str]:
@@ -134,7 +154,7 @@ def print_student(result: StudentResult, console: Console | None = None, asked: 
     console = console or Console()
     console.print(student_table(result))
     for stage in result.stages:
-        details = stage_details(stage)
+        details = stage_details(stage) + [f"measured: {note}" for note in metric_notes(stage.metrics)]
         if details:
             console.print(f"[bold]{get_stage(stage.stage).title}[/]")
             for line in details:

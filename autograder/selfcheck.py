@@ -51,6 +51,7 @@ from autograder.records import (
     Status,
     StudentResult,
 )
+from autograder.report import metric_notes
 from autograder.rubric import Rubric, load_rubric
 from autograder.stages import STAGES, Stage, get_stage
 
@@ -292,6 +293,7 @@ class StageReport:
             where = f" (line {finding.line})" if finding.line else ""
             thread = f", {finding.thread}" if finding.thread and finding.thread not in finding.message else ""
             rows.append(("Found", f"{finding.kind.replace('_', ' ')}{where}: {finding.message}{thread}"))
+        rows.extend(("Measured", note) for note in metric_notes(result.metrics))
         rows.extend(self._speed_rows())
         if result.points is not None:
             rows.append(

@@ -18,7 +18,7 @@ import numpy as np
 
 from autograder.backends.base import Backend, Kernel
 from autograder.launch import Plan
-from autograder.records import CaseResult, Finding, KernelSource
+from autograder.records import CaseResult, Finding, KernelMetrics, KernelSource
 from autograder.stages import MAX2D_SHAPES, SUM_SIZES, Shape, Stage, get_stage
 
 UNIT_ROUNDOFF = 2.0**-24  # float32
@@ -141,14 +141,28 @@ def run_case(
     return value, guard_findings + backend.findings()
 
 
+def kernel_metrics(backend: Backend, stage_id: str, source: KernelSource) -> KernelMetrics | None:
+    """Bank conflicts and divergence of the kernel's launches so far in this worker, where measured."""
+    return backend.metrics(compiled(backend, stage_id, source))
+
+
 # --- hints ---------------------------------------------------------------------------------------------
 
 
-def hint(stage: Stage, cases: tuple[CaseResult, ...], block_size: int) -> str | None:
-    """One actionable sentence from the pattern of failed cases, or None when nothing failed."""
+def hint(
+    stage: Stage, cases: tuple[CaseResult, ...], block_size: int, findings: tuple[Finding, ...] = ()
+) -> str | None:
+    """One actionable sentence from the pattern of failed cases and the findings, or None when nothing failed."""
     failed = [case for case in cases if not case.passed]
     if not failed:
         return None
+    races = sorted({f.line for f in findings if f.kind.startswith("race") and f.line})
+    if races:
+        lines = ", ".join(str(line) for line in races)
+        return (
+            f"fix the data race reported at line {lines} first: a race gives results that change from run to "
+            "run and from size to size, so the failed sizes say little until it is gone"
+        )
     if any(case.got is not None and not math.isfinite(case.got) for case in failed):
         return (
             "some results are NaN or infinite: the kernel read past the end of its input (the grader puts NaN "

@@ -95,3 +95,11 @@ def test_hint_for_a_max_that_starts_from_zero() -> None:
 
 def test_no_hint_when_everything_passed() -> None:
     assert hint(SUM, results(SUM, set()), 256) is None
+
+
+def test_a_race_comes_before_the_size_pattern() -> None:
+    from autograder.records import Finding
+
+    race = (Finding("race_syncthreads", "sdata[32] written and read unordered", line=17),)
+    text = hint(SUM, results(SUM, {1, 255, 257, 1000}), 256, race)
+    assert "data race reported at line 17" in text

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autograder.records import DeviceInfo, Finding, KernelSource
+from autograder.records import DeviceInfo, Finding, KernelMetrics, KernelSource
 from autograder.stages import Stage
 
 
@@ -44,29 +44,6 @@ class Kernel:
     source: KernelSource
     handle: Any
     warnings: tuple = field(default=())  # CompilerMessage records of a successful compile
-
-
-@dataclass(frozen=True)
-class LineMetric:
-    """A teaching approximation measured per source line by the CPU backend."""
-
-    line: int | None  # the notebook cell's line
-    text: str  # the source line itself
-    shared_requests: int  # warp-wide shared-memory requests issued from this line
-    shared_transactions: int  # transactions they needed: 1 per request without bank conflicts
-
-
-@dataclass(frozen=True)
-class KernelMetrics:
-    """What the CPU backend measured of one kernel's launches."""
-
-    lines: tuple[LineMetric, ...]
-    divergence: float  # share of warp-steps in which the lanes of a warp took different paths
-
-    @property
-    def transactions_per_request(self) -> float:
-        requests = sum(m.shared_requests for m in self.lines)
-        return sum(m.shared_transactions for m in self.lines) / requests if requests else 0.0
 
 
 class Backend(ABC):

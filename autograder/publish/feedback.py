@@ -19,6 +19,7 @@ from autograder.publish.pseudonyms import SALT_FILE, pseudonym
 from autograder.publish.render import Table, render, write_text
 from autograder.publish.results import ResultsError, load_results, results_folder
 from autograder.records import PerfVerdict, Status, StudentResult
+from autograder.report import metric_notes
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class StageSection:
     timings: Table | None
     performance: str
     points: Sequence[str]
+    measured: Sequence[str] = ()  # bank conflicts and divergence, from the CPU backend
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ def _section(f: StageFigures) -> StageSection:
                    else f"Speed: {verdict.value.replace('_', ' ')} ({record.performance.reason}).")
     lines = record.points.lines if record.points else ()
     return StageSection(heading, f.status.value.replace("_", " "), f.status is Status.CORRECT and not findings,
-                        record.message, record.hint, compiler, failed_cases, findings, timings, performance, lines)
+                        record.message, record.hint, compiler, failed_cases, findings, timings, performance, lines,
+                        metric_notes(record.metrics))
 
 
 def _line(line: int | None) -> str:

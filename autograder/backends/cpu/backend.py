@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder.backends.base import Backend, Buffer, Kernel, KernelMetrics, LineMetric
+from autograder.backends.base import Backend, Buffer, Kernel
 from autograder.backends.cpu.compiler import Toolchain, addr2line, compile_kernel, prepare_toolchain
 from autograder.errors import KernelFault
-from autograder.records import FINDING_KINDS, DeviceInfo, Finding, KernelSource
+from autograder.records import FINDING_KINDS, DeviceInfo, Finding, KernelMetrics, KernelSource, LineMetric
 from autograder.stages import Stage
 
 SCHEDULES = ("run_until_blocked", "lockstep", "reversed", "random")
