@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -121,22 +122,14 @@ def grade_stages(
     return tuple(results[stage_id] for stage_id in wanted)
 
 
-class _worker_for:
-    """The given worker, or a new one closed on exit."""
-
-    def __init__(self, options: GradeOptions, worker: Worker | None) -> None:
-        self.worker = worker
-        self.owned = worker is None
-        self.options = options
-
-    def __enter__(self) -> Worker:
-        if self.worker is None:
-            self.worker = Worker(self.options.backend, dict(self.options.backend_options))
-        return self.worker
-
-    def __exit__(self, *_: object) -> None:
-        if self.owned and self.worker is not None:
-            self.worker.close()
+@contextmanager
+def _worker_for(options: GradeOptions, worker: Worker | None) -> Iterator[Worker]:
+    """The given worker, or a new one, closed on exit."""
+    if worker is not None:
+        yield worker
+        return
+    with Worker(options.backend, dict(options.backend_options)) as owned:
+        yield owned
 
 
 class _StageGrader:
@@ -217,21 +210,26 @@ class _StageGrader:
         )
 
     def _check_on_cpu(self, stage: Stage, source: KernelSource, result: StageResult) -> StageResult:
-        """Add the CPU backend's findings (races, bounds, deadlocks) on a few small inputs to a GPU result."""
+        """Add what the CPU backend sees on a few small inputs to a GPU result: races, bounds and deadlocks,
+        and the bank-conflict and divergence measurements."""
         if self._checker is None:
             self._checker = Worker("cpu")
         findings: dict[tuple, Finding] = {}
         _collect(findings, result.findings)
+        metrics = None
         try:
             for case in analysis_cases(stage, self.options.seed):
                 limit = self.options.case_seconds
                 _, seen = self._checker.call(run_case, stage.id, source, case, self.rubric.block_size, timeout=limit)
                 _collect(findings, seen)
+            metrics = self._checker.call(kernel_metrics, stage.id, source, timeout=COMPILE_SECONDS)
         except KernelFault as error:
             _collect(findings, error.findings)
         except GraderError:
             pass  # no CPU backend here, a compile difference or a hang there: the GPU verdict stands alone
-        return replace(result, findings=_distinct(findings))
+        distinct = _distinct(findings)
+        advice = hint(stage, result.cases, self.rubric.block_size, distinct) if result.hint else None
+        return replace(result, findings=distinct, metrics=metrics, hint=advice)
 
     def _time(
         self,
