@@ -13,10 +13,6 @@ class NotebookError(GraderError):
     """A notebook cannot be read, or a stage's cell cannot be used."""
 
 
-class CellNotFound(NotebookError):
-    """No cell carries the stage's grade_id."""
-
-
 class CompileError(GraderError):
     """The kernel did not compile; `messages` holds the compiler's diagnostics as data."""
 

@@ -239,15 +239,9 @@ class _StageGrader:
         sources: Mapping[str, KernelSource | None],
         earlier: Mapping[str, StageResult],
     ) -> StageResult:
-        device = self.worker.device
-        if device.backend != "gpu":
-            reason = "not measured on the CPU backend: speed is graded on a GPU"
-            return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, reason))
-        if not self.options.measure_speed:
-            return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, "speed not measured (--no-speed)"))
-        if not self._references:
-            reason = "not measured here: the reference kernels it is timed against are not installed"
-            return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, reason))
+        unmeasured = self._unmeasured_reason()
+        if unmeasured:
+            return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, unmeasured))
         kernels = [TimedKernel("yours", stage.id, source)]
         baseline = None
         if stage.previous:
@@ -287,8 +281,18 @@ class _StageGrader:
             self._calibration = found
         return self._calibration
 
+    def _unmeasured_reason(self) -> str | None:
+        """Why speed is not measured, and so not counted, in this run; None when it is."""
+        if self.worker.device.backend != "gpu":
+            return "not measured on the CPU backend: speed is graded on a GPU"
+        if not self.options.measure_speed:
+            return "speed not measured (--no-speed)"
+        if not self._references:
+            return "not measured here: the reference kernels it is timed against are not installed"
+        return None
+
     def _finish(self, stage: Stage, result: StageResult) -> StageResult:
-        measured = self.worker.device.backend == "gpu" and self.options.measure_speed and self._references
+        measured = self._unmeasured_reason() is None
         points = score(
             self.rubric,
             stage.id,

@@ -153,6 +153,7 @@ class Performance:
     required_speedup: float | None = None
     time_vs_reference: float | None = None  # this stage's time / the reference's time, same run
     allowed_time_vs_reference: float | None = None
+    reference_step: float | None = None  # the calibrated reference speedup the required one comes from
 
 
 @dataclass(frozen=True)

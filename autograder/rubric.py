@@ -151,4 +151,5 @@ def judge_speed(
         required_speedup=required,
         time_vs_reference=versus,
         allowed_time_vs_reference=allowed,
+        reference_step=reference_step if baseline else None,
     )

@@ -427,7 +427,7 @@ class SummaryReport:
                     f"{yours.gbps:.0f}" if yours else "",
                     _ratio(performance.speedup),
                     _ratio(performance.required_speedup),
-                    _ratio(_reference_step(performance.required_speedup)),
+                    _ratio(performance.reference_step),
                     points,
                 )
             )
@@ -439,8 +439,8 @@ class SummaryReport:
         for stage in STAGES:
             result = self.results.get(stage.id)
             if result is not None and result.performance.speedup is not None:
-                required = result.performance.required_speedup
-                found.append((stage.id, result.performance.speedup, required, _reference_step(required)))
+                performance = result.performance
+                found.append((stage.id, performance.speedup, performance.required_speedup, performance.reference_step))
         return found
 
     def chart_png(self) -> bytes | None:
@@ -499,12 +499,6 @@ class SummaryReport:
             else "<p>No speedups measured: speed is measured on a GPU only.</p>"
         )
         return f"<table><tr>{head}</tr>{body}</table>{chart}"
-
-
-def _reference_step(required: float | None) -> float | None:
-    """The reference's calibrated step, recovered from the required speedup the rubric derived from it."""
-    gain = environment_rubric().gain_fraction
-    return None if required is None or gain <= 0 else 1.0 + (required - 1.0) / gain
 
 
 def _ratio(value: float | None) -> str:

@@ -75,6 +75,7 @@ def _result(stage: str, speedup: float | None, message: str = "correct: all 2 ca
             speedup=speedup,
             baseline="your naive" if speedup else None,
             required_speedup=1.25 if speedup else None,
+            reference_step=1.5 if speedup else None,
         ),
         points=Points(10, 5 if speedup else 0, 0, 10, 5, ("correctness 10/10",)),
     )

@@ -49,8 +49,7 @@ class Kernel:
 class Backend(ABC):
     """One way of running CUDA C kernels."""
 
-    name: str  # "gpu" or "cpu"
-    measures_performance: bool  # only a real GPU's timings count for points
+    name: str  # "gpu" or "cpu"; only the GPU's timings count for points (see grade.py)
 
     @abstractmethod
     def device(self) -> DeviceInfo:

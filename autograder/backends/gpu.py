@@ -122,7 +122,6 @@ class GpuBackend(Backend):
     """Kernels compiled by nvcc and run by PyCUDA on one NVIDIA GPU."""
 
     name = "gpu"
-    measures_performance = True
 
     def __init__(
         self,

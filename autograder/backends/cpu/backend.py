@@ -110,7 +110,6 @@ class CpuBackend(Backend):
     """
 
     name = "cpu"
-    measures_performance = False
 
     def __init__(
         self,
