@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -102,7 +103,7 @@ def grade_class(
                 continue
             if submission.problem:
                 result = replace(result, problems=(submission.problem, *result.problems))
-            write_json(out / f"{safe_name(submission.student)}.json", to_dict(result))
+            write_json(out / f"{file_stem(submission.student)}.json", to_dict(result))
             results.append(result)
             write_grade_table(results, out / "grades.csv")
     if failures:
@@ -110,8 +111,9 @@ def grade_class(
     return ClassRun(tuple(results), tuple(failures), out)
 
 
-def safe_name(student: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in student) or "_"
+def file_stem(student: str) -> str:
+    """A file name for a student's files: ids may hold spaces, slashes or an @."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", student).strip("._") or "student"
 
 
 def write_json(path: Path, data: object) -> None:

@@ -7,12 +7,12 @@ chart, and the points line by line of the rubric. It leaves out the grading seed
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import __version__
+from autograder.batch import file_stem
 from autograder.publish.figures import StageFigures, all_figures, case_value, fmt_number, speed_series
 from autograder.publish.plots import Chart, stage_speedups
 from autograder.publish.pseudonyms import SALT_FILE, pseudonym
@@ -120,11 +120,6 @@ def _section(f: StageFigures) -> StageSection:
 
 def _line(line: int | None) -> str:
     return "" if line is None else str(line)
-
-
-def file_stem(student: str) -> str:
-    """A file name for the student's pages: ids may hold spaces, slashes or an @."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", student).strip("._") or "student"
 
 
 def file_stems(students: Sequence[str]) -> dict[str, str]:
