@@ -30,5 +30,5 @@ c.GenerateAssignment.preprocessors = [
     ClearKernelSolutions if step is ClearSolutions else step for step in GenerateAssignment.preprocessors.default()
 ]
 
-# The first graded cell grades the whole notebook (timing included on a GPU); nbgrader's 30 s would cut it off.
+# A graded cell grades its stage and the previous one (timing included on a GPU); nbgrader's 30 s would cut it off.
 c.Execute.timeout = GRADED_CELL_TIMEOUT_S

@@ -12,11 +12,14 @@ is rewritten (atomically) after every student.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 import traceback
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,8 +28,10 @@ import pandas as pd
 
 from autograder.errors import GraderError
 from autograder.grade import GradeOptions, grade_notebook
-from autograder.isolation import Worker
-from autograder.records import StudentResult, to_dict
+from autograder.memo import grader_version
+from autograder.records import StudentResult, from_dict, to_dict
+from autograder.sandbox import Sandbox
+from autograder.schedule import Placement, place, run
 from autograder.stages import STAGE_IDS
 
 PREFERRED_NOTEBOOK = "reduction.ipynb"
@@ -37,44 +42,162 @@ class Submission:
     student: str
     notebook: Path | None
     problem: str | None = None  # why no notebook could be chosen
+    shown: str = ""  # where the hand-in is, relative to the submissions folder: what results record
+
+    def stamp(self, result: StudentResult) -> StudentResult:
+        """`result` naming its notebook by its place in the submissions folder, never by a host path, and
+        carrying the problem of finding it first."""
+        problems = (self.problem, *result.problems) if self.problem else result.problems
+        return replace(result, notebook=self.shown or self.student, problems=problems)
+
+
+Skipped = tuple[str, str]  # (entry relative to the submissions folder, why it was not graded)
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The hand-ins found under a submissions folder, and the entries left out."""
+
+    submissions: tuple[Submission, ...]
+    skipped: tuple[Skipped, ...]
 
 
 @dataclass(frozen=True)
 class ClassRun:
-    """What a class run produced: the results written and the students the grader itself failed on."""
+    """What a class run produced: the results written, the students the grader itself failed on, and the
+    entries of the submissions folder that were not graded."""
 
     results: tuple[StudentResult, ...]
     failures: tuple[tuple[str, str], ...]  # (student, what went wrong in the grader)
     out: Path
+    skipped: tuple[Skipped, ...] = ()
+
+
+LINK_REFUSED = "a symbolic link: refused without being read; hand in the file itself"
+MAX_DEPTH = 6  # folders below a student's folder searched for the notebook (nbgrader's layout needs 1)
 
 
 def find_submissions(folder: Path, assignment: str | None = None) -> list[Submission]:
     """Every student's hand-in under `folder`, sorted by student."""
+    return list(discover(folder, assignment).submissions)
+
+
+def discover(folder: Path, assignment: str | None = None) -> Discovery:
+    """Every student's hand-in under `folder`, sorted by student, and every entry left out with the reason.
+
+    Nothing is followed or read through a symbolic link: a link anywhere in the tree (a linked notebook, a
+    linked student folder, a link inside one) is refused and listed, so a hand-in cannot reach outside it.
+    """
     if not folder.is_dir():
         raise GraderError(f"{folder}: no such folder of submissions")
     found: list[Submission] = []
-    for entry in sorted(folder.iterdir()):
+    skipped: list[Skipped] = []
+    for entry in _listing(folder, folder, skipped):
+        path = Path(entry.path)
         if entry.name.startswith("."):
-            continue
-        if entry.is_file() and entry.suffix == ".ipynb":
-            found.append(Submission(entry.stem, entry))
-        elif entry.is_dir():
-            found.append(_student_folder(entry, assignment))
+            skipped.append((entry.name, "a hidden entry (its name starts with a dot)"))
+        elif entry.is_symlink():
+            skipped.append((entry.name, LINK_REFUSED))
+        elif entry.is_dir(follow_symlinks=False):
+            found.append(_student_folder(path, folder, assignment, skipped))
+        elif entry.is_file(follow_symlinks=False) and path.suffix == ".ipynb":
+            found.append(Submission(path.stem, path, shown=entry.name))
+        else:
+            skipped.append((entry.name, "neither a notebook (.ipynb) nor a student's folder"))
+    stems: dict[str, str] = {}
+    unique: list[Submission] = []
+    for submission in found:  # `ada.ipynb` beside a folder `ada/`: one student, two hand-ins
+        stem = file_stem(submission.student)
+        if stem in stems:
+            skipped.append((submission.shown, f"another hand-in, {stems[stem]}, has the same student name"))
+        else:
+            stems[stem] = submission.shown
+            unique.append(submission)
+    return Discovery(tuple(unique), tuple(skipped))
+
+
+def _listing(folder: Path, top: Path, skipped: list[Skipped]) -> list[os.DirEntry[str]]:
+    """The entries of `folder` by name. A folder that cannot be listed, and an entry whose name is not printable
+    text (invalid UTF-8, control characters), are listed as skipped."""
+    try:
+        with os.scandir(folder) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except OSError as error:
+        skipped.append((_relative(folder, top), f"cannot be listed ({error.strerror})"))
+        return []
+    printable = []
+    for entry in entries:
+        if _UNPRINTABLE.search(entry.name):
+            skipped.append((_relative(Path(entry.path), top), "its name is not printable text (invalid UTF-8 or "
+                                                             "control characters); rename it"))
+        else:
+            printable.append(entry)
+    return printable
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def _relative(path: Path, top: Path) -> str:
+    """`path` relative to the submissions folder, as printable text."""
+    relative = path.relative_to(top).as_posix().encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return _UNPRINTABLE.sub("?", relative)
+
+
+def _student_folder(folder: Path, top: Path, assignment: str | None, skipped: list[Skipped]) -> Submission:
+    student, shown = folder.name, f"{folder.name}/"
+    chosen = folder / assignment if assignment else None
+    root = chosen if chosen is not None and _is_real_folder(chosen) else folder
+    before = len(skipped)
+    notebooks = sorted(_notebooks(root, top, skipped))
+    if not notebooks:
+        refused = [path for path, _ in skipped[before:]]
+        why = f" ({', '.join(refused)} refused: see the class summary)" if refused else ""
+        return Submission(student, None, f"no notebook in {_relative(root, top)}/{why}", shown)
+    preferred = [p for p in notebooks if p.name == PREFERRED_NOTEBOOK]
+    if len(notebooks) == 1 or len(preferred) == 1:
+        notebook = notebooks[0] if len(notebooks) == 1 else preferred[0]
+        return Submission(student, notebook, shown=_relative(notebook, top))
+    names = ", ".join(_relative(p, folder) for p in notebooks)
+    return Submission(student, None, f"several notebooks ({names}); pass --assignment to choose", shown)
+
+
+def _is_real_folder(path: Path) -> bool:
+    """True for a folder that is not a symbolic link (none is ever followed)."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _notebooks(folder: Path, top: Path, skipped: list[Skipped], depth: int = 0) -> list[Path]:
+    """The notebooks under `folder`, never through a symbolic link: links, and folders too deep or unreadable,
+    are listed as skipped."""
+    found: list[Path] = []
+    for entry in _listing(folder, top, skipped):
+        path = Path(entry.path)
+        if entry.name == ".ipynb_checkpoints":
+            continue  # Jupyter's autosaves, not the hand-in
+        if entry.is_symlink():
+            skipped.append((_relative(path, top), LINK_REFUSED))
+        elif entry.is_dir(follow_symlinks=False):
+            if depth < MAX_DEPTH:
+                found += _notebooks(path, top, skipped, depth + 1)
+            else:
+                skipped.append((_relative(path, top), f"more than {MAX_DEPTH} folders deep"))
+        elif entry.is_file(follow_symlinks=False) and path.suffix == ".ipynb":
+            found.append(path)
     return found
 
 
-def _student_folder(folder: Path, assignment: str | None) -> Submission:
-    root = folder / assignment if assignment and (folder / assignment).is_dir() else folder
-    notebooks = sorted(p for p in root.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-    if not notebooks:
-        return Submission(folder.name, None, f"no notebook under {root}")
-    if len(notebooks) == 1:
-        return Submission(folder.name, notebooks[0])
-    preferred = [p for p in notebooks if p.name == PREFERRED_NOTEBOOK]
-    if len(preferred) == 1:
-        return Submission(folder.name, preferred[0])
-    names = ", ".join(str(p.relative_to(folder)) for p in notebooks)
-    return Submission(folder.name, None, f"several notebooks ({names}); pass --assignment to choose")
+@dataclass(frozen=True)
+class ClassOptions:
+    """How a class is spread out (autograder.schedule). The defaults grade one student after another here."""
+
+    workers: int = 1  # students graded at once on this machine (more than one: a local Dask cluster)
+    scheduler: str | None = None  # the address of an existing Dask cluster
+    gpus: tuple[int, ...] = ()  # the GPUs students are placed on (round robin); () for the default device
+    resume: bool = False  # keep the results of students whose notebook, rubric and grader are unchanged
 
 
 def grade_class(
@@ -83,37 +206,128 @@ def grade_class(
     options: GradeOptions,
     assignment: str | None = None,
     on_student: Callable[[str, int, int], None] | None = None,
-    on_stage: Callable[[str], None] | None = None,
+    spread: ClassOptions = ClassOptions(),
 ) -> ClassRun:
-    """Grade every submission under `folder` with one seed for the run, writing results under `out`."""
-    options = options.with_seed()
+    """Grade every submission under `folder` with one seed for the run, writing results under `out`.
+
+    `on_student(student, done, total)` is called as each student's result is written, in the order they
+    finish. Results are written one by one as they come, so a run that is stopped keeps what it finished, and
+    `--resume` (spread.resume) takes up where it stopped.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    submissions = find_submissions(folder, assignment)
+    discovery = discover(folder, assignment)
+    previous = _previous_results(out) if spread.resume else {}
+    if spread.resume and options.seed is None:
+        seeds = {result.seed for result in previous.values()}
+        options = replace(options, seed=seeds.pop()) if len(seeds) == 1 else options
+    # One seed for the class, and a memo of stage results: identical kernels are graded once (autograder.memo).
+    options = replace(options.with_seed(), memo_dir=options.memo_dir or out / ".stages")
+    Sandbox(options.sandbox).require()  # refuse untrusted code up front where it cannot be isolated
     results: list[StudentResult] = []
     failures: list[tuple[str, str]] = []
-    with Worker(options.backend, dict(options.backend_options)) as worker:
-        for index, submission in enumerate(submissions):
-            if on_student:
-                on_student(submission.student, index, len(submissions))
-            notebook = submission.notebook or folder / submission.student
-            try:
-                result = grade_notebook(notebook, submission.student, options, worker=worker, progress=on_stage)
-            except Exception as error:  # a bug in the grader must not stop the class
-                failures.append((submission.student, f"{error!r}\n{traceback.format_exc()}"))
-                continue
-            if submission.problem:
-                result = replace(result, problems=(submission.problem, *result.problems))
-            write_json(out / f"{file_stem(submission.student)}.json", to_dict(result))
+    tasks = []
+    for submission, placement in zip(
+        discovery.submissions, place(len(discovery.submissions), spread.gpus), strict=True
+    ):
+        kept = previous.get(file_stem(submission.student))
+        if kept is not None and _still_valid(kept, submission, options):
+            results.append(kept)
+        else:
+            tasks.append((submission, folder, options, placement))
+    total = len(discovery.submissions)
+    if on_student:
+        for result in results:
+            on_student(result.student, len(results), total)
+
+    def record(outcome: tuple[str, StudentResult | None, str | None]) -> None:
+        student, result, failure = outcome
+        if result is None:
+            failures.append((student, failure or "no result"))
+        else:
+            write_json(out / f"{file_stem(student)}.json", to_dict(result))
             results.append(result)
-            write_grade_table(results, out / "grades.csv")
+            write_grade_table(sorted(results, key=lambda r: r.student), out / "grades.csv")
+        if on_student:
+            on_student(student, len(results) + len(failures), total)
+
+    write_grade_table(sorted(results, key=lambda r: r.student), out / "grades.csv")
+    gpu_tasks = options.backend != "cpu"
+    run(grade_submission, tasks, workers=spread.workers, scheduler=spread.scheduler, gpu_tasks=gpu_tasks,
+        on_result=record)
     if failures:
         write_json(out / "grader-failures.json", [{"student": s, "error": e} for s, e in failures])
-    return ClassRun(tuple(results), tuple(failures), out)
+    ordered = tuple(sorted(results, key=lambda r: r.student))
+    return ClassRun(ordered, tuple(sorted(failures)), out, discovery.skipped)
+
+
+def grade_submission(
+    submission: Submission, folder: Path, options: GradeOptions, placement: Placement
+) -> tuple[str, StudentResult | None, str | None]:
+    """Grade one student where the scheduler put it: (student, result, None), or (student, None, what went
+    wrong in the grader). A fresh worker for each student (grade_notebook starts one): no student runs in a
+    process, or a state, that an earlier student's code could have changed."""
+    if placement.gpu is not None:
+        options = replace(options, backend_options={**options.backend_options, "device_index": placement.gpu})
+    notebook = submission.notebook or folder / submission.student
+    try:
+        result = grade_notebook(notebook, submission.student, options)
+    except Exception as error:  # a bug in the grader must not stop the class
+        return submission.student, None, f"{error!r}\n{traceback.format_exc()}"
+    stamped = replace(submission.stamp(result), gpu=placement.gpu, notebook_sha256=_sha256(submission.notebook))
+    return submission.student, stamped, None
+
+
+def _sha256(path: Path | None) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path else ""
+    except OSError:
+        return ""
+
+
+def _previous_results(out: Path) -> dict[str, StudentResult]:
+    """The results already in `out`, by file stem; a file that cannot be read is graded again."""
+    found = {}
+    for path in sorted(out.glob("*.json")):
+        if path.name == "grader-failures.json":
+            continue
+        try:
+            found[path.stem] = from_dict(StudentResult, json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def _still_valid(result: StudentResult, submission: Submission, options: GradeOptions) -> bool:
+    """Whether a result of an earlier run stands for this run: the same notebook, rubric, grader, seed and
+    isolation, and the backend asked for."""
+    return (
+        result.notebook_sha256 != ""
+        and result.notebook_sha256 == _sha256(submission.notebook)
+        and result.rubric == options.rubric.label
+        and result.grader_version == grader_version()
+        and result.seed == options.seed
+        and result.isolation == Sandbox(options.sandbox).label
+        and options.backend in ("auto", result.device.backend)
+    )
+
+
+MAX_STEM_CHARS = 64
+_HASHED_STEM = re.compile(r".*-[0-9a-f]{8}")  # an id that looks hashed is hashed too, so stems never collide
 
 
 def file_stem(student: str) -> str:
-    """A file name for a student's files: ids may hold spaces, slashes or an @."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", student).strip("._") or "student"
+    """A file name for a student's files: readable, and different for different students.
+
+    Ids may hold spaces, slashes, an @ or non-Latin letters. Accents are dropped and anything else outside
+    `A-Za-z0-9._-` becomes `_`; wherever that changed the id, a short hash of the id follows, so `a b` and `a_b`
+    get different files and a name in another script does not collapse to a shared one.
+    """
+    ascii_only = unicodedata.normalize("NFKD", student).encode("ascii", "ignore").decode()
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", ascii_only).strip("._")[:MAX_STEM_CHARS] or "student"
+    if safe == student and not _HASHED_STEM.fullmatch(safe):
+        return safe
+    digest = hashlib.sha256(student.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{safe}-{digest}"
 
 
 def write_json(path: Path, data: object) -> None:

@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import Progress, TextColumn
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from autograder import calibration, report
-from autograder.batch import grade_class, write_json
+from autograder import gradebook as gradebooks
+from autograder.batch import ClassOptions, grade_class, write_json
 from autograder.errors import GraderError
-from autograder.grade import GradeOptions, grade_notebook
+from autograder.grade import NOT_STARTED, GradeOptions, grade_notebook
 from autograder.isolation import Worker
 from autograder.records import to_dict
 from autograder.rubric import load_rubric
+from autograder.sandbox import Sandbox
 
 BACKENDS = click.Choice(["auto", "gpu", "cpu"])
 
@@ -31,11 +44,17 @@ def cli() -> None:
 EXIT_GRADER_FAILED = 3
 
 
-def _options(backend: str, rubric: Path | None, seed: int | None, quick: bool, speed: bool) -> GradeOptions:
+def _options(
+    backend: str, rubric: Path | None, seed: int | None, quick: bool, speed: bool, sandbox: bool
+) -> GradeOptions:
     try:
-        return GradeOptions(backend=backend, rubric=load_rubric(rubric), seed=seed, quick=quick, measure_speed=speed)
+        options = GradeOptions(
+            backend=backend, rubric=load_rubric(rubric), seed=seed, quick=quick, measure_speed=speed, sandbox=sandbox
+        )
+        Sandbox(sandbox).require()
     except GraderError as error:
         raise click.ClickException(str(error)) from None
+    return options
 
 
 _grading_options = [
@@ -54,6 +73,12 @@ _grading_options = [
     click.option("--seed", type=int, help="Reproduce a run: the seed recorded in its results."),
     click.option("--quick", is_flag=True, help="Skip the largest correctness cases."),
     click.option("--speed/--no-speed", default=True, show_default=True, help="Time correct stages on a GPU."),
+    click.option(
+        "--sandbox/--no-sandbox",
+        default=True,
+        show_default=True,
+        help="Compile and run student code in the sandbox (bubblewrap + seccomp). --no-sandbox: trusted code only.",
+    ),
 ]
 
 
@@ -73,41 +98,104 @@ def grading_options(function):
     help="Folder for <student>.json results and grades.csv.",
 )
 @click.option("--assignment", help="The assignment folder to take in nbgrader's layout (e.g. reduction).")
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Students graded at once on this machine; more than 1 starts a local Dask cluster.",
+)
+@click.option("--scheduler", metavar="ADDRESS", help="Grade on an existing Dask cluster, e.g. tcp://host:8786.")
+@click.option("--gpus", metavar="all|0,1,...", help="Spread students over these GPUs (each timed on one).")
+@click.option("--resume", is_flag=True, help="Keep results whose notebook, rubric, seed and grader are unchanged.")
+@click.option(
+    "--gradebook",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --assignment: nbgrader's gradebook to compare with (default: gradebook.db beside SUBMISSIONS).",
+)
 @grading_options
 def grade(
     submissions: Path,
     out: Path,
     assignment: str | None,
+    workers: int,
+    scheduler: str | None,
+    gpus: str | None,
+    resume: bool,
+    gradebook: Path | None,
     backend: str,
     rubric: Path | None,
     seed: int | None,
     quick: bool,
     speed: bool,
+    sandbox: bool,
 ) -> None:
     """Grade every hand-in under SUBMISSIONS (nbgrader's layout or <student>.ipynb files)."""
-    options = _options(backend, rubric, seed, quick, speed).with_seed()
+    options = _options(backend, rubric, seed, quick, speed, sandbox)
+    options = options if resume else options.with_seed()  # a resumed run takes the seed of the results it keeps
+    spread = ClassOptions(workers=workers, scheduler=scheduler, gpus=_gpu_list(gpus), resume=resume)
     console = Console(stderr=True)
-    console.print(f"grading {submissions} on the {backend} backend, seed {options.seed}")
-    with Progress(
-        *Progress.get_default_columns(), TextColumn("{task.fields[stage]}"), console=console, transient=True
-    ) as progress:
-        task = progress.add_task("students", total=None, stage="")
-
-        def on_student(student: str, index: int, total: int) -> None:
-            progress.update(task, total=total, completed=index, description=student)
-
-        def on_stage(stage_id: str) -> None:
-            progress.update(task, stage=stage_id)
-
-        run = grade_class(submissions, out, options, assignment, on_student=on_student, on_stage=on_stage)
-    output = Console()
-    output.print(report.class_table(run.results))
-    output.print(report.class_summary(run.results, run.failures))
+    where = f"Dask at {scheduler}" if scheduler else f"{workers} worker(s)"
+    console.print(f"grading {submissions} on the {backend} backend with {where}")
+    started = time.monotonic()
+    with _progress(console) as on_student:
+        run = grade_class(submissions, out, options, assignment, on_student=on_student, spread=spread)
+    elapsed = time.monotonic() - started
+    output = Console(soft_wrap=True)  # long lines stay whole in a log, where grep finds them
+    if len(run.results) <= report.CLASS_TABLE_LIMIT:
+        output.print(report.class_table(run.results))
+    output.print(report.class_summary(run.results, run.failures, run.skipped))
+    graded = [result for result in run.results if result.device.name != NOT_STARTED]
+    if graded:
+        output.print(report.backend_note(graded[0].device, backend))
     if run.results:
-        output.print(report.backend_note(run.results[0].device, backend))
+        output.print(f"seed {run.results[0].seed}; " + report.phase_summary(run.results, elapsed))
     output.print(f"results: {out}/<student>.json, class table: {out}/grades.csv")
+    gradebook = gradebook or gradebooks.course_gradebook(submissions)
+    if assignment and gradebook.is_file():
+        output.print(gradebooks.report(run.results, gradebook, assignment), markup=False, highlight=False)
     if run.failures:
         sys.exit(EXIT_GRADER_FAILED)
+
+
+@contextmanager
+def _progress(console: Console) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress bar with rate and time left on a terminal; in a log, a line per student."""
+    if not console.is_terminal:
+        started = time.monotonic()
+
+        def log(student: str, done: int, total: int) -> None:
+            rate = done / max(time.monotonic() - started, 1e-9) * 60
+            left = (total - done) / rate * 60 if rate else 0.0
+            line = f"[{done}/{total}] {student} ({rate:.1f} a minute, {left:.0f} s left)"
+            console.print(line, markup=False, highlight=False)
+
+        yield log
+        return
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("students", total=None, rate="")
+
+        def update(student: str, done: int, total: int) -> None:
+            elapsed = progress.tasks[task].elapsed or 0.0
+            rate = f"{done / elapsed * 60:.1f}/min" if elapsed > 0 else ""
+            progress.update(task, total=total, completed=done, description=escape(student), rate=rate)
+
+        yield update
+
+
+def _gpu_list(gpus: str | None) -> tuple[int, ...]:
+    if not gpus:
+        return ()
+    if gpus == "all":
+        found = sorted(int(node.name[6:]) for node in Path("/dev").glob("nvidia[0-9]*") if node.name[6:].isdigit())
+        if not found:
+            raise click.BadParameter("no NVIDIA GPU here", param_hint="--gpus")
+        return tuple(found)
+    try:
+        return tuple(int(part) for part in gpus.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{gpus!r}: give `all` or GPU numbers such as 0,1", param_hint="--gpus") from None
 
 
 @cli.command()
@@ -124,9 +212,10 @@ def check(
     seed: int | None,
     quick: bool,
     speed: bool,
+    sandbox: bool,
 ) -> None:
     """Grade one NOTEBOOK and show its stage table."""
-    options = _options(backend, rubric, seed, quick, speed)
+    options = _options(backend, rubric, seed, quick, speed, sandbox)
     result = grade_notebook(notebook, student or notebook.stem, options)
     report.print_student(result, asked=backend)
     if json_out:
@@ -149,7 +238,7 @@ def calibrate(rubric: Path | None, out: Path | None, seed: int) -> None:
     """Time the reference kernels on this GPU and write its calibration."""
     settings = _options("gpu", rubric, seed, False, True).rubric.timing
     try:
-        with Worker("gpu") as worker:
+        with Worker("gpu", sandbox=Sandbox(False)) as worker:  # only the reference kernels run here
             measured = worker.call(calibration.measure, settings, seed, timeout=3600)
     except GraderError as error:
         raise click.ClickException(str(error)) from None

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autograder import calibration as calibrations
+from autograder import technique
+from autograder.build import Build, Builder
 from autograder.errors import CompileError, GraderError, KernelFault, KernelTimeout, NotebookError
 from autograder.isolation import Worker
+from autograder.memo import StageMemo, grader_version
 from autograder.notebook import stage_cells
 from autograder.records import (
     CaseResult,
@@ -31,11 +34,12 @@ from autograder.records import (
 )
 from autograder.references import reference_source, references_available
 from autograder.rubric import Rubric, judge_speed, load_rubric, score
+from autograder.sandbox import Sandbox
+from autograder.schedule import gpu_gate
 from autograder.stages import STAGE_IDS, Stage, get_stage
 from autograder.timing import TimedKernel, WrongTimedResult, time_interleaved
 from autograder.verify import (
     analysis_cases,
-    compile_only,
     correctness_cases,
     hint,
     judge,
@@ -44,6 +48,7 @@ from autograder.verify import (
 )
 
 COMPILE_SECONDS = 120.0
+NOT_STARTED = "not started"  # the device of a result whose notebook could not be read: no worker ran
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,8 @@ class GradeOptions:
     # race that happened to give the right sum, and the rubric prices races the same on both backends.
     race_checks: bool = True
     backend_options: Mapping[str, object] = field(default_factory=dict)
+    sandbox: bool = True  # compile and run student code in the sandbox (autograder.sandbox); False: --no-sandbox
+    memo_dir: Path | None = None  # where a class keeps its stage results, so identical kernels are graded once
 
     def with_seed(self) -> GradeOptions:
         return self if self.seed is not None else replace(self, seed=secrets.randbits(63))
@@ -80,7 +87,7 @@ def grade_notebook(
         cells = stage_cells(path)
     except NotebookError as error:
         stages = tuple(_unreadable(stage_id, str(error), options.rubric) for stage_id in STAGE_IDS)
-        device = worker.device if worker else DeviceInfo(backend=options.backend, name="not started")
+        device = worker.device if worker else DeviceInfo(backend=options.backend, name=NOT_STARTED)
         return _student(student, path, options, started, device, stages, problems=(str(error),))
     sources = {stage_id: cell.source for stage_id, cell in cells.items()}
     problems = {stage_id: cell.problem for stage_id, cell in cells.items() if cell.problem and cell.attempted}
@@ -128,8 +135,13 @@ def _worker_for(options: GradeOptions, worker: Worker | None) -> Iterator[Worker
     if worker is not None:
         yield worker
         return
-    with Worker(options.backend, dict(options.backend_options)) as owned:
+    with new_worker(options) as owned:
         yield owned
+
+
+def new_worker(options: GradeOptions, backend: str | None = None) -> Worker:
+    """A fresh worker for one student, isolated as the options say."""
+    return Worker(backend or options.backend, dict(options.backend_options), sandbox=Sandbox(options.sandbox))
 
 
 class _StageGrader:
@@ -139,7 +151,11 @@ class _StageGrader:
         self.worker = worker
         self._calibration: calibrations.Calibration | None = None
         self._checker: Worker | None = None
+        self._checker_builder: Builder | None = None
         self._references = references_available()
+        self.builder = Builder(worker.device, worker.sandbox, dict(options.backend_options))
+        # The GPU this student is timed on: its correctness runs share it, its timing has it alone.
+        self.gpu = int(options.backend_options.get("device_index", 0)) if worker.device.backend == "gpu" else None
 
     def close(self) -> None:
         if self._checker is not None:
@@ -158,28 +174,74 @@ class _StageGrader:
         if source is None:
             message = "not attempted: the kernel cell is missing, empty, or still the released stub"
             return self._finish(stage, StageResult(stage.id, Status.NOT_ATTEMPTED, message))
-        try:
-            warnings = self.worker.call(compile_only, stage.id, source, timeout=COMPILE_SECONDS)
-        except CompileError as error:
-            return self._finish(stage, _compile_failure(stage, error))
-        except (KernelTimeout, KernelFault) as error:
-            return self._finish(stage, StageResult(stage.id, Status.CRASHED, f"the compiler failed: {error}"))
-        result = self._verify(stage, source, tuple(warnings))
-        if self.worker.device.backend == "gpu" and self.options.race_checks:
-            result = self._check_on_cpu(stage, source, result)
-        if result.status is Status.CORRECT:
-            result = self._time(stage, source, result, sources, earlier)
-        return self._finish(stage, result)
+        memo = StageMemo(self.options.memo_dir) if self.options.memo_dir else None
+        key = self._memo_key(stage, source, sources, earlier)
+        kept = memo.get(key) if memo else None
+        if kept is not None:
+            return kept
+        result = self._grade(stage, source, sources, earlier)
+        if memo:
+            memo.put(key, result)
+        return result
 
-    def _verify(self, stage: Stage, source: KernelSource, warnings: tuple) -> StageResult:
+    def _memo_key(
+        self,
+        stage: Stage,
+        source: KernelSource,
+        sources: Mapping[str, KernelSource | None],
+        earlier: Mapping[str, StageResult],
+    ) -> str:
+        """Everything a stage's result depends on (autograder.memo)."""
+        baseline = "reference"
+        if stage.previous:
+            own, own_result = sources.get(stage.previous), earlier.get(stage.previous)
+            if own is not None and own_result is not None and own_result.status is Status.CORRECT:
+                baseline = own.text
+        options = replace(self.options, memo_dir=None, backend_options={})
+        return StageMemo.key(
+            stage.id, source.text, source.cell_line(1), baseline, options, self.options.rubric.label,
+            self.worker.device, grader_version(),
+        )
+
+    def _grade(
+        self,
+        stage: Stage,
+        source: KernelSource,
+        sources: Mapping[str, KernelSource | None],
+        earlier: Mapping[str, StageResult],
+    ) -> StageResult:
+        phases = _Phases()
+        try:
+            with phases("compile"):
+                build = self.builder.build(stage, source)
+        except CompileError as error:
+            return self._finish(stage, replace(_compile_failure(stage, error), phases=phases.seconds))
+        except KernelTimeout as error:
+            failure = StageResult(stage.id, Status.CRASHED, f"the compiler failed: {error}", phases=phases.seconds)
+            return self._finish(stage, failure)
+        with phases("correctness"):
+            result = self._verify(stage, build)
+        with phases("analysis"):
+            if self.worker.device.backend == "gpu" and self.options.race_checks:
+                result = self._check_on_cpu(stage, source, result)
+            if result.status in (Status.CORRECT, Status.INCORRECT):
+                checks = technique.check(stage, source, result.metrics, self.worker.sandbox, self.rubric.block_size)
+                result = replace(result, technique=checks)
+        if result.status is Status.CORRECT:
+            with phases("timing"):
+                result = self._time(stage, build, result, sources, earlier)
+        return self._finish(stage, replace(result, phases=phases.seconds))
+
+    def _verify(self, stage: Stage, build: Build) -> StageResult:
         block_size = self.rubric.block_size
         cases: list[CaseResult] = []
         findings: dict[tuple, Finding] = {}
         status = Status.CORRECT
-        for case in correctness_cases(stage, self.options.seed, quick=self.options.quick):
+        for case in correctness_cases(stage, self.options.seed, quick=self.options.quick, block_size=block_size):
             limit = self.options.case_seconds + self.options.per_element_seconds * case.count
             try:
-                value, seen = self.worker.call(run_case, stage.id, source, case, block_size, timeout=limit)
+                with gpu_gate(self.gpu, exclusive=False):
+                    value, seen = self.worker.call(run_case, build, case, block_size, timeout=limit)
             except KernelTimeout as error:
                 cases.append(judge(stage, case, None, block_size, error=str(error)))
                 status = Status.TIMEOUT
@@ -189,13 +251,17 @@ class _StageGrader:
                 _collect(findings, error.findings)
                 status = Status.CRASHED
                 break
-            cases.append(judge(stage, case, value, block_size))
+            changed = next((f.message for f in seen if f.kind == "input_changed"), None)
+            cases.append(judge(stage, case, value, block_size, error=changed))
             _collect(findings, seen)
         if status is Status.CORRECT and not all(case.passed for case in cases):
             status = Status.INCORRECT
         metrics = None
         if status in (Status.CORRECT, Status.INCORRECT):
-            metrics = self.worker.call(kernel_metrics, stage.id, source, timeout=COMPILE_SECONDS)
+            try:
+                metrics = self.worker.call(kernel_metrics, build, timeout=COMPILE_SECONDS)
+            except (KernelTimeout, KernelFault):
+                metrics = None
         case_tuple = tuple(cases)
         distinct = _distinct(findings)
         return StageResult(
@@ -203,7 +269,7 @@ class _StageGrader:
             status=status,
             message=_verification_message(status, case_tuple),
             hint=hint(stage, case_tuple, block_size, distinct) if status is not Status.CORRECT else None,
-            compiler=warnings,
+            compiler=build.warnings,
             cases=case_tuple,
             findings=distinct,
             metrics=metrics,
@@ -212,29 +278,34 @@ class _StageGrader:
     def _check_on_cpu(self, stage: Stage, source: KernelSource, result: StageResult) -> StageResult:
         """Add what the CPU backend sees on a few small inputs to a GPU result: races, bounds and deadlocks,
         and the bank-conflict and divergence measurements."""
-        if self._checker is None:
-            self._checker = Worker("cpu")
         findings: dict[tuple, Finding] = {}
         _collect(findings, result.findings)
         metrics = None
+        message = result.message
         try:
+            if self._checker is None or self._checker_builder is None:
+                self._checker = new_worker(self.options, "cpu")
+                self._checker_builder = Builder(self._checker.device, self._checker.sandbox)
+            build = self._checker_builder.build(stage, source)
             for case in analysis_cases(stage, self.options.seed):
                 limit = self.options.case_seconds
-                _, seen = self._checker.call(run_case, stage.id, source, case, self.rubric.block_size, timeout=limit)
+                _, seen = self._checker.call(run_case, build, case, self.rubric.block_size, timeout=limit)
                 _collect(findings, seen)
-            metrics = self._checker.call(kernel_metrics, stage.id, source, timeout=COMPILE_SECONDS)
+            metrics = self._checker.call(kernel_metrics, build, timeout=COMPILE_SECONDS)
         except KernelFault as error:
             _collect(findings, error.findings)
-        except GraderError:
-            pass  # no CPU backend here, a compile difference or a hang there: the GPU verdict stands alone
+        except GraderError as error:
+            # No CPU backend here, a compile difference or a hang there: the GPU verdict stands alone, and says so.
+            why = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+            message = f"{message} (the CPU race analysis did not run: {why})"
         distinct = _distinct(findings)
         advice = hint(stage, result.cases, self.rubric.block_size, distinct) if result.hint else None
-        return replace(result, findings=distinct, metrics=metrics, hint=advice)
+        return replace(result, message=message, findings=distinct, metrics=metrics, hint=advice)
 
     def _time(
         self,
         stage: Stage,
-        source: KernelSource,
+        build: Build,
         result: StageResult,
         sources: Mapping[str, KernelSource | None],
         earlier: Mapping[str, StageResult],
@@ -242,22 +313,26 @@ class _StageGrader:
         unmeasured = self._unmeasured_reason()
         if unmeasured:
             return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, unmeasured))
-        kernels = [TimedKernel("yours", stage.id, source)]
+        kernels = [TimedKernel("yours", stage.id, build)]
         baseline = None
         if stage.previous:
+            previous = get_stage(stage.previous)
             own = sources.get(stage.previous)
             own_result = earlier.get(stage.previous)
             if own is not None and own_result is not None and own_result.status is Status.CORRECT:
                 baseline = f"your {stage.previous}"
-                kernels.append(TimedKernel(baseline, stage.previous, own))
+                kernels.append(TimedKernel(baseline, stage.previous, self.builder.build(previous, own)))
             else:
                 baseline = f"reference {stage.previous}"
-                kernels.append(TimedKernel(baseline, stage.previous, reference_source(stage.previous)))
-        kernels.append(TimedKernel(f"reference {stage.id}", stage.id, reference_source(stage.id)))
+                reference = self.builder.build(previous, reference_source(stage.previous))
+                kernels.append(TimedKernel(baseline, stage.previous, reference))
+        reference = self.builder.build(stage, reference_source(stage.id))
+        kernels.append(TimedKernel(f"reference {stage.id}", stage.id, reference))
         timing = self.rubric.timing
         limit = timing.budget_seconds * 2 + 120
         try:
-            timings = self.worker.call(time_interleaved, tuple(kernels), timing, self.options.seed, timeout=limit)
+            with gpu_gate(self.gpu, exclusive=True):
+                timings = self.worker.call(time_interleaved, tuple(kernels), timing, self.options.seed, timeout=limit)
         except WrongTimedResult as error:
             return replace(
                 result, status=Status.INCORRECT, message=str(error), hint="results must not depend on the call"
@@ -276,7 +351,10 @@ class _StageGrader:
             settings = self.rubric.timing
             found = calibrations.load_calibration(gpu, settings, self.options.calibration_dirs)
             if found is None:
-                found = self.worker.call(calibrations.measure, settings, self.options.seed, timeout=1800)
+                # Only the reference kernels run in a calibration: a worker of the grader's own, which compiles.
+                options = dict(self.options.backend_options)
+                with Worker(self.worker.backend_name, options, Sandbox(False)) as trusted, gpu_gate(self.gpu, True):
+                    found = trusted.call(calibrations.measure, settings, self.options.seed, timeout=1800)
                 calibrations.write_calibration(found, calibrations.calibration_path(gpu, calibrations.USER_DIR))
             self._calibration = found
         return self._calibration
@@ -302,8 +380,28 @@ class _StageGrader:
             result.findings,
             result.performance,
             performance_measured=measured,
+            technique=result.technique,
         )
         return replace(result, points=points)
+
+
+class _Phases:
+    """Seconds spent in each phase of grading a stage (compile, correctness, analysis, timing)."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._seconds[phase] = self._seconds.get(phase, 0.0) + time.perf_counter() - started
+
+    @property
+    def seconds(self) -> tuple[tuple[str, float], ...]:
+        return tuple((phase, round(seconds, 4)) for phase, seconds in self._seconds.items())
 
 
 def _collect(findings: dict[tuple, Finding], new: tuple[Finding, ...]) -> None:
@@ -341,10 +439,8 @@ def _verification_message(status: Status, cases: tuple[CaseResult, ...]) -> str:
         return f"{status.value.replace('_', ' ')} on {last.label}: {last.error}"
     wrong = [case for case in cases if not case.passed]
     first = wrong[0]
-    return (
-        f"wrong on {len(wrong)} of {len(cases)} cases ({passed} right); "
-        f"first: {first.label} gave {first.got}, expected {first.expected}"
-    )
+    what = first.error or f"gave {first.got}, expected {first.expected}"
+    return f"wrong on {len(wrong)} of {len(cases)} cases ({passed} right); first: {first.label}: {what}"
 
 
 def _unreadable(stage_id: str, problem: str, rubric: Rubric) -> StageResult:
@@ -368,9 +464,11 @@ def _student(
         seed=options.seed,
         started=started,
         device=device,
-        rubric=options.rubric.path,
+        rubric=options.rubric.label,
         stages=stages,
         problems=problems,
+        isolation=Sandbox(options.sandbox).label,
+        grader_version=grader_version(),
     )
 
 

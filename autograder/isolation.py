@@ -5,13 +5,20 @@ runs `fn(backend, *args)` there. If the call runs past its time limit the child 
 raised; if the child dies (a segfault, a sticky CUDA error) KernelFault is raised. Either way the next call
 starts a fresh child, so grading goes on with the next stage and the next student.
 
+The child runs inside the sandbox (autograder.sandbox): it sees none of the grader's files and, once its
+backend is up, can start no program. Calls go to it pickled (the grader's own data); its replies come back as
+JSON checked against the record shapes (autograder.wire), because student code runs in it. A reply that is
+not valid ends the child, as a crash does.
+
 The child's stdout and stderr go to a log file, never to the grader's terminal or a notebook's stderr: a
-kernel's printf and the driver's complaints are kept for the error message instead.
+kernel's printf and the driver's complaints are kept for the error message instead. The log is removed when
+the worker closes, however it ends.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import socket
 import subprocess
@@ -23,9 +30,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from autograder import sandbox as sandboxing
 from autograder.backends import create_backend
 from autograder.errors import GraderError, KernelFault, KernelTimeout
 from autograder.records import DeviceInfo
+from autograder.wire import MAX_REPLY_BYTES, WireError, decode_reply, encode_reply
 
 STARTUP_SECONDS = 120.0  # creating a CUDA context or compiling the CPU runtime the first time
 LOG_TAIL_CHARS = 2000
@@ -34,9 +43,19 @@ LOG_TAIL_CHARS = 2000
 class Worker:
     """One isolated child process with a backend. Use as a context manager, or call `close`."""
 
-    def __init__(self, backend: str = "auto", options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        backend: str = "auto",
+        options: dict[str, Any] | None = None,
+        sandbox: sandboxing.Sandbox | None = None,
+        readable: tuple[Path, ...] = (),
+    ) -> None:
+        """`sandbox`: how student code is isolated (default: sandboxed); `readable`: extra folders the worker
+        may read, for the trusted modules of a test or a benchmark whose functions it runs."""
         self.backend_name = backend
         self.options = dict(options or {})
+        self.sandbox = sandbox or sandboxing.Sandbox()
+        self.readable = readable
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
         self._log = Path(tempfile.mkstemp(prefix="autograder-worker-", suffix=".log")[1])
@@ -86,17 +105,19 @@ class Worker:
         # A fresh interpreter running this module, rather than multiprocessing's spawn, which would import the
         # caller's main script again (a script or notebook without a __main__ guard would run twice).
         ours, theirs = socket.socketpair()
-        with open(self._log, "ab") as log:
-            self._process = subprocess.Popen(
+        options, runtime = _worker_options(self.backend_name, {**self.options, "sandbox": self.sandbox.enabled})
+        try:
+            self._process = self.sandbox.start_worker(
                 [sys.executable, "-m", "autograder.isolation", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                log=self._log,
+                channel=theirs,
+                gpu=self.backend_name in ("gpu", "auto"),
+                readable=(*runtime, *self.readable) if self.sandbox.enabled else (),
             )
-        theirs.close()
+        finally:
+            theirs.close()
         self._connection = Connection(ours.detach())
-        self._connection.send((sys.path, self.backend_name, self.options))
+        self._connection.send((sys.path, self.backend_name, options))
         self._device = self._receive(STARTUP_SECONDS, what="starting the backend")
 
     def _receive(self, timeout: float, what: str) -> Any:
@@ -109,7 +130,10 @@ class Worker:
             self._stop()
             raise KernelTimeout(f"{what} ran past its {timeout:g} s limit and was stopped (a hang or a spin-wait?)")
         try:
-            status, payload = self._connection.recv()
+            status, payload = decode_reply(self._connection.recv_bytes(MAX_REPLY_BYTES))
+        except WireError as error:
+            self._stop()
+            raise KernelFault(f"the worker sent an invalid reply during {what} ({error}): it was stopped") from None
         except (EOFError, OSError):
             try:
                 code = self._process.wait(timeout=5)
@@ -132,9 +156,7 @@ class Worker:
 
     def _stop(self) -> None:
         if self._process is not None:
-            if self._process.poll() is None:
-                self._process.kill()
-            self._process.wait(timeout=10)
+            sandboxing.kill_group(self._process)
         if self._connection is not None:
             self._connection.close()
         self._process = None
@@ -155,6 +177,8 @@ def _importable(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "it did not exit"
+    if code > 128:
+        code = 128 - code  # the sandbox reports its child's death by a signal as 128 + the signal's number
     if code < 0:
         try:
             return f"killed by signal {-code} ({signal.Signals(-code).name})"
@@ -169,12 +193,14 @@ def _serve(connection: Connection) -> None:
     sys.path[:] = sys_path  # so functions of the caller's modules (a test's, a benchmark's) can be unpickled
     try:
         backend = create_backend(backend_name, **options)
-        connection.send(("ok", backend.device()))
+        if options.get("sandbox"):
+            sandboxing.restrict_worker()
+        _reply(connection, "ok", backend.device())
     except GraderError as error:
-        connection.send(("error", error))
+        _reply(connection, "error", error)
         return
     except Exception as error:  # a bug in a backend: report it rather than die silently
-        connection.send(("error", GraderError(f"the backend failed to start: {error!r}\n{traceback.format_exc()}")))
+        _reply(connection, "error", GraderError(f"the backend failed to start: {error!r}\n{traceback.format_exc()}"))
         return
     try:
         while True:
@@ -183,20 +209,46 @@ def _serve(connection: Connection) -> None:
             except EOFError:
                 break
             except Exception as error:  # a call that cannot be unpickled here
-                connection.send(("error", GraderError(f"the worker cannot take this call: {error!r}")))
+                _reply(connection, "error", GraderError(f"the worker cannot take this call: {error!r}"))
                 continue
             if message is None:
                 break
             fn, args = message
             try:
-                connection.send(("ok", fn(backend, *args)))
+                _reply(connection, "ok", fn(backend, *args))
             except GraderError as error:
-                connection.send(("error", error))
+                _reply(connection, "error", error)
             except Exception as error:
                 report = f"internal error in {fn.__name__}: {error!r}\n{traceback.format_exc()}"
-                connection.send(("error", GraderError(report)))
+                _reply(connection, "error", GraderError(report))
     finally:
         backend.close()  # a CUDA context left on the stack aborts the interpreter at exit
+
+
+def _reply(connection: Connection, status: str, payload: Any) -> None:
+    try:
+        data = encode_reply(status, payload)
+    except TypeError as error:  # a value the wire does not carry: a bug in the function called
+        data = encode_reply("error", GraderError(f"the worker cannot send its result: {error}"))
+    connection.send_bytes(data)
+
+
+def _worker_options(backend: str, options: dict[str, Any]) -> tuple[dict[str, Any], tuple[Path, ...]]:
+    """The options with what the grader decides made explicit, and the files of the grader's cache the worker
+    must read. A sandboxed worker starts with an empty environment, its own home and a read-only view, so the
+    CPU backend's runtime is built here first, and the worker is told which one (fibers kind and cache)."""
+    if backend == "gpu":
+        return options, ()
+    from autograder.backends.cpu.compiler import cache_directory, prepare_toolchain
+
+    fibers = options.get("fibers") or os.environ.get("AUTOGRADER_CPU_FIBERS") or "auto"
+    cache = Path(options.get("cache_dir") or cache_directory())
+    try:
+        toolchain = prepare_toolchain(fibers, cache)
+    except GraderError:
+        return options, ()  # no CPU backend here: the worker says why when it starts
+    explicit = {**options, "fibers": toolchain.fibers, "cache_dir": str(cache), "compiler": toolchain.compiler}
+    return explicit, (toolchain.runtime, toolchain.runtime.with_suffix(".json"))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ the ceil(width/2) x ceil(height/2) matrix of quadrant maxima. Steps repeat until
 Every buffer carries a guard tail. Inputs are followed by values that spoil the result if read (NaN for a sum,
 +inf for a max), so a missing bounds check shows on any backend. Outputs are poisoned with NaN before each pass
 and their guard tails are checked afterwards, so a kernel that leaves an output unwritten or writes past its end
-is caught.
+is caught. The input is read-only (`const float *g_in`): after a checked run the first pass's input is compared
+with what was loaded, so a kernel that writes it fails on every backend, not only where a later call reuses it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -87,6 +88,7 @@ class Plan:
     input: Buffer
     scratch: tuple[Buffer, Buffer]
     owns_input: bool = True
+    loaded: np.ndarray | None = field(default=None, repr=False)  # what `load` wrote, to check it is unchanged
 
     @classmethod
     def create(
@@ -116,7 +118,8 @@ class Plan:
 
     def load(self, data: np.ndarray) -> None:
         """Copy the input data (`count` float32 values) into the input buffer, before its guard tail."""
-        self.backend.write(self.input, data.astype(np.float32, copy=False).ravel())
+        self.loaded = data.astype(np.float32).ravel()
+        self.backend.write(self.input, self.loaded)
 
     def poison(self) -> None:
         """Fill both scratch buffers, guard tails included, with NaN."""
@@ -127,7 +130,8 @@ class Plan:
         """Launch every pass. With `check_each_pass`, poison each output first and check its guard after.
 
         Without it the launches are queued back to back, as a timed call needs; call `poison` before.
-        Returns the guard findings (always empty without `check_each_pass`).
+        Returns the guard findings, and an input_changed finding where the kernel wrote its input (always
+        empty without `check_each_pass`).
         """
         stage = self.kernel.stage
         findings: list[Finding] = []
@@ -146,6 +150,8 @@ class Plan:
                 self.backend.fill(target, guard_value(stage.shape), start=written)
             source = target
         self._result_buffer = source
+        if check_each_pass:
+            findings.extend(self._check_input())
         return tuple(findings)
 
     def result(self) -> float:
@@ -164,6 +170,28 @@ class Plan:
                 message=(
                     f"pass {pass_number} wrote g_out[{written + int(touched[0])}], past the {written} values "
                     f"it should write (one per block for a sum, ceil(w/2) x ceil(h/2) for max2d)"
+                ),
+                kernel=self.kernel.stage.kernel_name,
+            )
+        ]
+
+    def _check_input(self) -> list[Finding]:
+        """The first pass's input, guard tail included, against what was loaded: only the student's own input
+        must stay unchanged (later passes read the grader's scratch buffers)."""
+        if self.loaded is None:
+            return []
+        guard = np.full(self.input.guard, guard_value(self.kernel.stage.shape), dtype=np.float32)
+        expected = np.concatenate([self.loaded, guard])
+        now = self.backend.download(self.input)
+        changed = np.flatnonzero(now.view(np.uint32) != expected.view(np.uint32))
+        if changed.size == 0:
+            return []
+        return [
+            Finding(
+                kind="input_changed",
+                message=(
+                    f"the kernel changed its input g_in (first at index {int(changed[0])}, {changed.size} values in "
+                    "all): the input is read-only (const float *); reduce in shared memory or registers"
                 ),
                 kernel=self.kernel.stage.kernel_name,
             )

@@ -13,8 +13,9 @@ nbgrader's ClearSolutions would put `raise NotImplementedError()` there, which i
 same name, so the released cell is a kernel cell in the contract's format that the grader reports as
 "not attempted" until the student changes it.
 
-Grading. Each stage's graded cell (a hidden test) runs `autograder.selfcheck.award(stage_id)`; that module, not
-this one, holds the code that runs inside the notebook, so a notebook kernel never needs nbgrader.
+Grading. Each stage's graded cell (a hidden test) runs `python -P -m autograder.nbgrade reduction.ipynb <stage>`
+in a separate process and shows its report and points (autograder/nbgrade.py says what that does and does not
+defend against); a notebook kernel never needs nbgrader.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from autograder.stages import STAGE_IDS, get_stage
 # Files beside the source notebook that must never reach students (nbgrader_config.py ignores them).
 INSTRUCTOR_ONLY_FILES = ("kernels", "*.cu", "build_notebook.py")
 
-# The first graded cell grades every stage (selfcheck.award), timing included; nbgrader's default is 30 s a cell.
+# A graded cell grades its stage and the previous one, timing included; nbgrader's default is 30 s a cell.
 GRADED_CELL_TIMEOUT_S = 3600
 
 

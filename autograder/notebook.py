@@ -18,16 +18,22 @@ The cell format (the released notebook and the example hand-ins follow it):
 from __future__ import annotations
 
 import ast
+import errno
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+import nbformat.reader
 
 from autograder.errors import NotebookError
 from autograder.records import KernelSource, SourceLocation
 from autograder.stages import STAGE_IDS, get_stage
 
 NBGRADER_SCHEMA_VERSION = 3
+MAX_NOTEBOOK_BYTES = 32 << 20  # a notebook with its outputs cleared is a few hundred KiB
+MAX_CELL_CHARS = 200_000  # a kernel cell holds a few KiB; parsing a giant one would only cost time
 
 
 @dataclass(frozen=True)
@@ -45,24 +51,78 @@ class StageCell:
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:
-    """The notebook at `path`, or a NotebookError that says why it cannot be read."""
+    """The notebook at `path`, or a NotebookError that says why it cannot be read.
+
+    A hand-in is untrusted: the file is opened without following a symbolic link, must be a regular file of at most
+    MAX_NOTEBOOK_BYTES, and every message names the file and the reason, never what the file holds.
+    """
+    name = path.name
     try:
-        return nbformat.read(path, as_version=4)
+        raw = _read_regular_file(path)
     except FileNotFoundError:
-        raise NotebookError(f"{path}: no such notebook") from None
-    except Exception as error:  # nbformat raises many kinds for a damaged file
-        raise NotebookError(f"{path}: not a readable notebook ({type(error).__name__}: {error})") from None
+        raise NotebookError(f"{name}: no such notebook") from None
+    except OSError as error:
+        why = "a symbolic link, which the grader never follows" if error.errno == errno.ELOOP else error.strerror
+        raise NotebookError(f"{name}: cannot be read ({why or 'an error of the file system'})") from None
+    if raw is None:
+        raise NotebookError(f"{name}: not a notebook file (a folder or a special file)")
+    if len(raw) > MAX_NOTEBOOK_BYTES:
+        raise NotebookError(f"{name}: larger than {MAX_NOTEBOOK_BYTES >> 20} MiB; clear the outputs and save it again")
+    try:
+        notebook = nbformat.reader.reads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise NotebookError(f"{name}: not a readable notebook (not UTF-8 text)") from None
+    except Exception as error:  # nbformat and json raise many kinds for a damaged file, and their text quotes it
+        raise NotebookError(f"{name}: not a readable notebook ({_unreadable_reason(error)})") from None
+    if notebook.get("nbformat") != 4 or not isinstance(notebook.get("cells"), list):
+        raise NotebookError(f"{name}: not a notebook of format 4 with a list of cells; save it with a current Jupyter")
+    return notebook
+
+
+def _read_regular_file(path: Path) -> bytes | None:
+    """The first MAX_NOTEBOOK_BYTES + 1 bytes of the regular file at `path`, or None when it is no regular file.
+    A symbolic link raises OSError (ELOOP): it is never followed."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        return file.read(MAX_NOTEBOOK_BYTES + 1)
+
+
+def _unreadable_reason(error: Exception) -> str:
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    if isinstance(error, nbformat.reader.NotJSONError):
+        return "not JSON"
+    if isinstance(error, nbformat.NBFormatError):
+        return "an unknown notebook format version"
+    return f"not in the notebook format: {type(error).__name__}"
 
 
 def stage_cells(path: Path, notebook: nbformat.NotebookNode | None = None) -> dict[str, StageCell]:
-    """Every stage's cell in the notebook at `path`, keyed by stage id, in catalogue order."""
+    """Every stage's cell in the notebook at `path`, keyed by stage id, in catalogue order.
+
+    A notebook whose cells are not of the format's types raises NotebookError: a hand-in of any shape gets its
+    student a verdict, never a failure of the grader.
+    """
     notebook = notebook if notebook is not None else read_notebook(path)
-    found: dict[str, list[int]] = {}
-    for index, cell in enumerate(notebook.cells):
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in STAGE_IDS:
-            found.setdefault(grade_id, []).append(index)
-    return {stage_id: _stage_cell(path, notebook, stage_id, found.get(stage_id, [])) for stage_id in STAGE_IDS}
+    try:
+        found: dict[str, list[int]] = {}
+        for index, cell in enumerate(notebook.cells):
+            grade_id = _grade_id(cell)
+            if grade_id in STAGE_IDS:
+                found.setdefault(grade_id, []).append(index)
+        return {stage_id: _stage_cell(path, notebook, stage_id, found.get(stage_id, [])) for stage_id in STAGE_IDS}
+    except (AttributeError, TypeError, KeyError, ValueError, RecursionError) as error:
+        raise NotebookError(f"{path.name}: its cells are not in the notebook format ({type(error).__name__})") from None
+
+
+def _grade_id(cell: object) -> str | None:
+    """A cell's nbgrader grade_id; None where the cell, its metadata or the id is not of the format's types."""
+    metadata = cell.get("metadata") if isinstance(cell, dict) else None
+    nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    grade_id = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
+    return grade_id if isinstance(grade_id, str) else None
 
 
 def _stage_cell(path: Path, notebook: nbformat.NotebookNode, stage_id: str, indices: list[int]) -> StageCell:
@@ -75,15 +135,20 @@ def _stage_cell(path: Path, notebook: nbformat.NotebookNode, stage_id: str, indi
     index = indices[0]
     cell = notebook.cells[index]
     where = f"{path.name}, cell {index + 1} ('{stage_id}')"
-    if cell.cell_type != "code":
-        return StageCell(stage_id, None, f"{where} is a {cell.cell_type} cell, not a code cell", attempted=True)
+    if cell.get("cell_type") != "code":
+        return StageCell(stage_id, None, f"{where} is not a code cell", attempted=True)
+    if not isinstance(cell.get("source"), str):
+        return StageCell(stage_id, None, f"{where}: its source is not text", attempted=True)
+    if len(cell["source"]) > MAX_CELL_CHARS:
+        problem = f"{where}: {len(cell['source'])} characters, more than the {MAX_CELL_CHARS} a kernel cell may hold"
+        return StageCell(stage_id, None, problem, attempted=True)
     try:
-        text, first_line = kernel_literal(cell.source)
+        text, first_line = kernel_literal(cell["source"])
     except NotebookError as error:
         return StageCell(stage_id, None, f"{where}: {error}", attempted=True)
     if is_untouched(stage_id, text):
         return StageCell(stage_id, None, None, attempted=False)
-    location = SourceLocation(notebook=str(path), grade_id=stage_id, cell_index=index, first_line=first_line)
+    location = SourceLocation(notebook=path.name, grade_id=stage_id, cell_index=index, first_line=first_line)
     return StageCell(stage_id, KernelSource(text=text, location=location), None, attempted=True)
 
 
@@ -95,7 +160,12 @@ def kernel_literal(cell_source: str) -> tuple[str, int]:
     try:
         tree = ast.parse(cell_source)
     except SyntaxError as error:
-        raise NotebookError(f"line {error.lineno}: Python syntax error ({error.msg})") from None
+        where = f"line {error.lineno}: " if error.lineno else ""
+        raise NotebookError(f"{where}Python syntax error ({error.msg})") from None
+    except (ValueError, RecursionError, MemoryError):  # a null byte, a lone surrogate; nesting too deep to parse
+        raise NotebookError(
+            "the cell cannot be read as Python: it holds a null byte, a lone surrogate or absurdly deep nesting"
+        ) from None
     statements = tree.body
     if not statements:
         raise NotebookError("the cell holds no kernel: assign the CUDA source to a name, as a string literal")
@@ -111,6 +181,14 @@ def kernel_literal(cell_source: str) -> tuple[str, int]:
             f"line {statement.lineno}: the kernel must be a plain string literal assigned to a name "
             '(r"""..."""); the grader never runs notebook code, so calls, f-strings and names are not allowed'
         )
+    if not value.value.isascii():
+        try:
+            value.value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise NotebookError(
+                f"line {value.lineno}: the kernel holds a character that is not valid Unicode (a lone surrogate, "
+                "from an escape such as \\ud800); delete it"
+            ) from None
     return value.value, value.lineno
 
 

@@ -91,6 +91,8 @@ FINDING_KINDS = (
     "deadlock",
     "inactive_lane",  # a shuffle read a lane that is not participating
     "output_guard",  # a write landed just past the end of an output buffer, seen on any backend
+    "input_changed",  # the kernel wrote its read-only input g_in, seen on any backend: the case fails
+    "barrier_divergence",  # a __syncthreads() that part of the block skips (undefined in CUDA; CPU backend only)
 )
 
 
@@ -110,6 +112,15 @@ class KernelMetrics:
 
     lines: tuple[LineMetric, ...]
     divergence: float  # share of warp-steps in which the lanes of a warp took different paths
+    # Counts over the measured blocks (the first few of each launch); 0 blocks where they were not counted.
+    blocks: int = 0
+    barriers: int = 0  # block-wide barriers (__syncthreads) those blocks passed
+    diverged_steps: int = 0  # warp steps (a warp between two barriers) whose lanes took different paths
+    shuffles: int = 0  # warp shuffles they ran, one per warp and shuffle
+    final_shared_requests: int = 0  # shared-memory warp requests after each block's last barrier
+    global_load_requests: int = 0  # whole-warp loads from global memory (at least 32 distinct words)
+    global_load_sectors: int = 0  # the 32-byte sectors those loads touched
+    global_load_words: int = 0  # the distinct 4-byte words they read
 
     @property
     def transactions_per_request(self) -> float:
@@ -127,7 +138,8 @@ class CaseResult:
     expected: float
     got: float | None
     passed: bool
-    error: str | None = None  # why there is no result: a timeout, a crash
+    error: str | None = None  # why there is no result (a timeout, a crash), or why it does not count
+    seeded: bool = False  # a size drawn from the run's seed, not one of the fixed edge sizes
 
 
 @dataclass(frozen=True)
@@ -164,6 +176,7 @@ class Points:
     max_correctness: float
     max_performance: float  # 0 where performance is not counted (on the CPU backend)
     lines: tuple[str, ...] = ()  # the rubric line by line, for feedback
+    technique: float = 0.0  # deducted because the stage's technique is absent (autograder.technique)
 
     @property
     def max_points(self) -> float:
@@ -171,7 +184,22 @@ class Points:
 
     @property
     def total(self) -> float:
-        return max(0.0, self.correctness + self.performance - self.penalty)
+        return max(0.0, self.correctness + self.performance - self.penalty - self.technique)
+
+
+@dataclass(frozen=True)
+class TechniqueCheck:
+    """One measurement of a stage's technique (autograder.technique): the student's kernel against the
+    reference kernels of this stage and of the previous one."""
+
+    name: str  # e.g. "bank conflicts"
+    what: str  # what is measured, in words, e.g. "shared-memory transactions per warp request"
+    required: str  # the threshold in words, e.g. "at most 1.5"
+    value: float | None  # the student's kernel; None where it was not measured
+    reference: float | None  # the reference kernel of this stage
+    previous: float | None  # the reference kernel of the previous stage: what the technique improves on
+    passed: bool | None  # None: not checked here (no nvcc, no CPU measurement)
+    how: str  # how it was measured, or why it was not
 
 
 @dataclass(frozen=True)
@@ -188,6 +216,8 @@ class StageResult:
     )
     points: Points | None = None
     metrics: KernelMetrics | None = None  # bank conflicts and divergence, where the backend measures them
+    technique: tuple[TechniqueCheck, ...] = ()  # the stage's lesson, measured (autograder.technique)
+    phases: tuple[tuple[str, float], ...] = ()  # seconds spent compiling, checking, analysing and timing it
 
 
 @dataclass(frozen=True)
@@ -202,13 +232,17 @@ class DeviceInfo:
 @dataclass(frozen=True)
 class StudentResult:
     student: str
-    notebook: str
+    notebook: str  # relative to the submissions folder (or the file's name): never a host path
     seed: int
     started: str  # ISO 8601, UTC
     device: DeviceInfo
-    rubric: str  # path of the rubric used
+    rubric: str  # the rubric used: its file name and a short hash of its content (Rubric.label)
     stages: tuple[StageResult, ...]
     problems: tuple[str, ...] = ()  # notebook-level problems: unreadable file, duplicated cells, ...
+    isolation: str = ""  # how its code was isolated: "bubblewrap+seccomp", or "none (--no-sandbox)"
+    gpu: int | None = None  # the GPU its stages were timed on, in a class graded on several
+    notebook_sha256: str = ""  # of the notebook file graded: --resume regrades a changed one
+    grader_version: str = ""
 
     @property
     def total(self) -> float:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from autograder import technique
 from autograder.records import DeviceInfo, KernelMetrics, PerfVerdict, StageResult, Status, StudentResult
 from autograder.stages import REQUIRED_STAGE_IDS, get_stage
 
@@ -81,19 +84,21 @@ def stage_details(stage: StageResult) -> list[str]:
         lines.append(f"{finding.kind}: {where}{finding.message}")
     if stage.performance.verdict is PerfVerdict.TOO_SLOW:
         lines.append(f"too slow: {stage.performance.reason}")
+    lines += [f"technique: {technique.describe(check)}" for check in technique.absent(stage.technique)]
     return lines
 
 
 SHORT_STATUS = {
     Status.CORRECT: "ok",
     Status.INCORRECT: "wrong",
-    Status.COMPILE_ERROR: "compile",
-    Status.TIMEOUT: "timeout",
+    Status.COMPILE_ERROR: "comp",
+    Status.TIMEOUT: "time",
     Status.CRASHED: "crash",
     Status.INVALID_CELL: "cell?",
     Status.NOT_ATTEMPTED: "-",
 }
-SHORT_SPEED = {PerfVerdict.FAST_ENOUGH: " fast", PerfVerdict.TOO_SLOW: " slow", PerfVerdict.NOT_MEASURED: ""}
+SHORT_SPEED = {PerfVerdict.FAST_ENOUGH: "+", PerfVerdict.TOO_SLOW: " slow", PerfVerdict.NOT_MEASURED: ""}
+CLASS_TABLE_LIMIT = 40  # larger classes get the summary and grades.csv, not a table of hundreds of rows
 
 
 def short_verdict(stage: StageResult) -> str:
@@ -101,34 +106,56 @@ def short_verdict(stage: StageResult) -> str:
     text = SHORT_STATUS[stage.status]
     if stage.status is Status.CORRECT:
         text += SHORT_SPEED[stage.performance.verdict]
-    return text + (" !" if stage.findings else "")
+    return text + ("!" if stage.findings else "")
 
 
 def class_table(results: tuple[StudentResult, ...]) -> Table:
-    table = Table(title="Class results", title_justify="left", caption=CLASS_LEGEND, caption_justify="left")
-    table.add_column("student", overflow="fold")
-    table.add_column("total", justify="right")
+    """One row per student, readable in an 80-column terminal and in a CI log: names are cut, never folded."""
+    table = Table(
+        title="Class results", title_justify="left", caption=CLASS_LEGEND, caption_justify="left",
+        box=box.SIMPLE_HEAD, pad_edge=False,
+    )
+    table.add_column("student", no_wrap=True, overflow="ellipsis", min_width=8, max_width=18)
+    table.add_column("total", justify="right", no_wrap=True, min_width=7)
     for stage_id in REQUIRED_STAGE_IDS:
-        table.add_column(str(get_stage(stage_id).number), no_wrap=True)
+        table.add_column(str(get_stage(stage_id).number), no_wrap=True, min_width=3)
     for result in results:
         by_id = {stage.stage: stage for stage in result.stages}
         cells = []
         for stage_id in REQUIRED_STAGE_IDS:
             stage = by_id.get(stage_id)
             cells.append(f"[{STATUS_STYLE[stage.status]}]{short_verdict(stage)}[/]" if stage else "-")
-        table.add_row(result.student, f"{result.total:g}/{result.max_total:g}", *cells)
+        table.add_row(escape(result.student), f"{result.total:g}/{result.max_total:g}", *cells)
     return table
 
 
 CLASS_LEGEND = (
     "Columns are stages: "
     + ", ".join(f"{get_stage(s).number} {s}" for s in REQUIRED_STAGE_IDS)
-    + ".\nok = correct, fast/slow = speed verdict, ! = races or bounds findings, - = not attempted."
+    + ".\nok = correct (+ fast enough, slow too slow), wrong, comp = compile error, time = timeout, "
+    "! = races or bounds findings, - = not attempted."
 )
 
 
-def class_summary(results: tuple[StudentResult, ...], failures: tuple[tuple[str, str], ...]) -> str:
-    """How many were graded, the pass rate per stage, and any failures of the grader itself."""
+def phase_summary(results: tuple[StudentResult, ...], wall_seconds: float) -> str:
+    """Where the run's time went: each phase's total over the students, and students per minute."""
+    totals: dict[str, float] = {}
+    for result in results:
+        for stage in result.stages:
+            for phase, seconds in stage.phases:
+                totals[phase] = totals.get(phase, 0.0) + seconds
+    rate = len(results) / wall_seconds * 60 if wall_seconds > 0 else 0.0
+    parts = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in totals.items())
+    return f"{len(results)} student(s) in {wall_seconds:.1f} s ({rate:.1f} a minute); summed over students: {parts}"
+
+
+def class_summary(
+    results: tuple[StudentResult, ...],
+    failures: tuple[tuple[str, str], ...],
+    skipped: tuple[tuple[str, str], ...] = (),
+) -> str:
+    """How many were graded, the pass rate per stage, any failures of the grader itself, and the entries of the
+    submissions folder that were not graded (path, why). Names are escaped: a student's folder name is not markup."""
     lines = [f"graded {len(results)} student(s)" + (f"; the grader failed on {len(failures)}" if failures else "")]
     for stage_id in REQUIRED_STAGE_IDS:
         stages = [s for r in results for s in r.stages if s.stage == stage_id]
@@ -138,7 +165,10 @@ def class_summary(results: tuple[StudentResult, ...], failures: tuple[tuple[str,
         rate = f"{correct}/{len(stages)} correct" + (f", {fast}/{len(stages)} fast enough" if measured else "")
         lines.append(f"  {stage_id:16} {rate}")
     for student, error in failures:
-        lines.append(f"  grader failure on {student}: {error.splitlines()[0]}")
+        lines.append(f"  grader failure on {escape(student)}: {escape(error.splitlines()[0])}")
+    if skipped:
+        lines.append(f"skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} of the submissions folder:")
+        lines += [f"  {escape(path)}: {escape(why)}" for path, why in skipped]
     return "\n".join(lines)
 
 

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autograder.errors import ConfigError
-from autograder.records import FINDING_KINDS, Finding, Performance, PerfVerdict, Points, Status, Timing
+from autograder.records import (
+    FINDING_KINDS,
+    Finding,
+    Performance,
+    PerfVerdict,
+    Points,
+    Status,
+    TechniqueCheck,
+    Timing,
+)
 from autograder.stages import STAGE_IDS
 from autograder.timing import TimingSettings
 
@@ -31,6 +41,13 @@ class Rubric:
     speedup_tolerance: float  # how far a speedup may fall short of the required one: the machine's drift
     penalties: dict[str, float]
     stages: dict[str, StagePoints]
+    sha256: str = ""  # of the file's bytes as read
+    technique_absent: float = 0.5  # the share of a stage's points lost when its technique is absent
+
+    @property
+    def label(self) -> str:
+        """The rubric as results name it: its file name and a short hash of its content, never a host path."""
+        return f"{Path(self.path).name}@{self.sha256[:8]}"
 
     def required_speedup(self, reference_step: float | None) -> float | None:
         """The speedup a stage needs over its previous stage, from the reference's calibrated step."""
@@ -43,13 +60,14 @@ def load_rubric(path: Path | str | None = None) -> Rubric:
     """The rubric at `path` (the default rubric when None). Raises ConfigError naming what is wrong."""
     path = Path(path) if path else DEFAULT_RUBRIC
     try:
-        data = tomllib.loads(path.read_text())
+        content = path.read_bytes()
+        data = tomllib.loads(content.decode())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such rubric file") from None
-    except tomllib.TOMLDecodeError as error:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: not valid TOML ({error})") from None
     try:
-        return _parse(path, data)
+        return replace(_parse(path, data), sha256=hashlib.sha256(content).hexdigest())
     except (KeyError, TypeError, ValueError) as error:
         raise ConfigError(f"{path}: {error}") from None
 
@@ -79,6 +97,9 @@ def _parse(path: Path, data: dict) -> Rubric:
     if missing:
         raise ValueError(f"[stages] has no points for {', '.join(sorted(missing))}")
     speed = data.get("speed", {})
+    technique_absent = float(data.get("technique", {}).get("absent", 0.5))
+    if not 0.0 <= technique_absent <= 1.0:
+        raise ValueError(f"[technique] absent must be a share from 0 to 1, not {technique_absent}")
     return Rubric(
         path=str(path),
         block_size=block_size,
@@ -88,6 +109,7 @@ def _parse(path: Path, data: dict) -> Rubric:
         speedup_tolerance=float(speed.get("speedup_tolerance", 0.02)),
         penalties=penalties,
         stages=stages,
+        technique_absent=technique_absent,
     )
 
 
@@ -100,8 +122,10 @@ def score(
     findings: tuple[Finding, ...],
     performance: Performance,
     performance_measured: bool,
+    technique: tuple[TechniqueCheck, ...] = (),
 ) -> Points:
-    """A stage's points, with the rubric's reasoning line by line."""
+    """A stage's points, with the rubric's reasoning line by line. A failed technique check (autograder.technique)
+    costs the rubric's share of the points earned."""
     available = rubric.stages[stage_id]
     correct = status is Status.CORRECT
     correctness = available.correctness if correct else 0.0
@@ -123,7 +147,13 @@ def score(
     if penalty:
         kinds = ", ".join(sorted({f.kind for f in findings if rubric.penalties.get(f.kind)}))
         lines.append(f"penalty -{penalty:g}: {kinds}")
-    return Points(correctness, performance_points, penalty, available.correctness, max_performance, tuple(lines))
+    absent = [check.name for check in technique if check.passed is False]
+    lost = round(rubric.technique_absent * (correctness + performance_points), 6) if absent else 0.0
+    if lost:
+        lines.append(f"technique -{lost:g}: the stage's technique is absent ({', '.join(absent)})")
+    return Points(
+        correctness, performance_points, penalty, available.correctness, max_performance, tuple(lines), lost
+    )
 
 
 def judge_speed(

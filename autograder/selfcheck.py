@@ -2,12 +2,9 @@
 
     check("sequential", SEQUENTIAL_SOURCE)   # under a kernel cell: a table with the verdict
     summary()                                 # at the end: every stage checked so far, with a chart
-    award("sequential")                       # nbgrader's hidden graded cell: the stage's points
 
-`award` is what makes `nbgrader autograde` give the points of `autograder grade`: it grades the notebook file
-being autograded with `grade_notebook`, the very function `autograder grade` runs, so both read the same cells
-with the same parser, and it returns the stage's points as the cell's value, which nbgrader takes as partial
-credit. The first graded cell grades the whole notebook and the others reuse that result.
+nbgrader's hidden graded cells do not call into this module: they grade the notebook file in a separate process
+(autograder/nbgrade.py), so that nothing a student's cell replaces in the kernel changes the points.
 
 `check` compiles, verifies and (on a GPU) times the kernel through `autograder.grade.grade_stages`, so its
 verdict is the grader's. It remembers the kernels checked in this session: a stage's speedup is measured over the
@@ -19,8 +16,9 @@ become rows of the report. In Jupyter a report renders as an HTML table, elsewhe
 
 Settings, from the environment, for instructors and tests: AUTOGRADER_BACKEND (auto, gpu or cpu; default auto),
 AUTOGRADER_QUICK (1 to drop the largest correctness cases; `check` drops them by default on the CPU backend only,
-where they are slow) and AUTOGRADER_RUBRIC (a rubric file instead of the default one). For `award` to give the
-points of `autograder grade`, give that the same --backend, --quick and --rubric.
+where they are slow) and AUTOGRADER_RUBRIC (a rubric file instead of the default one). The graded cells read them
+too: for `nbgrader autograde` to give the points of `autograder grade`, give that the same --backend, --quick and
+--rubric.
 """
 
 from __future__ import annotations
@@ -34,12 +32,12 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from autograder import technique
 from autograder.errors import GraderError, NotebookError
-from autograder.grade import GradeOptions, grade_notebook, grade_stages
+from autograder.grade import GradeOptions, grade_stages
 from autograder.isolation import Worker
 from autograder.notebook import is_untouched, kernel_literal
 from autograder.records import (
@@ -49,10 +47,10 @@ from autograder.records import (
     SourceLocation,
     StageResult,
     Status,
-    StudentResult,
 )
 from autograder.report import metric_notes
 from autograder.rubric import Rubric, load_rubric
+from autograder.sandbox import Sandbox, sandbox_available
 from autograder.stages import STAGES, Stage, get_stage
 
 BACKEND_ENV = "AUTOGRADER_BACKEND"
@@ -121,12 +119,17 @@ class _Session:
     def grading(self) -> tuple[GradeOptions, Worker]:
         if self.options is None or self.worker is None:
             backend = os.environ.get(BACKEND_ENV, "auto")
-            worker = Worker(backend)
+            # A student's own kernels on their own machine: sandboxed where bubblewrap is there, else not.
+            sandbox = Sandbox(sandbox_available())
+            if not sandbox.enabled:
+                print("Note: the self-check runs your kernels without the grader's sandbox (bubblewrap is not "
+                      "installed here); the grade of record is always computed sandboxed.")
+            worker = Worker(backend, sandbox=sandbox)
             atexit.register(worker.close)
             # The worker says which backend `auto` found; the CPU backend checks only the smaller cases by
             # default, because it runs every thread of the largest ones one after another.
             on_cpu = quietly(lambda: worker.device).backend == "cpu"
-            self.options = environment_options(backend, quick_by_default=on_cpu)
+            self.options = replace(environment_options(backend, quick_by_default=on_cpu), sandbox=sandbox.enabled)
             self.worker = worker
         return self.options, self.worker
 
@@ -238,6 +241,9 @@ def verdict(result: StageResult) -> tuple[str, str]:
         return "todo", "not attempted yet: write the kernel in the cell above, then run this cell again"
     if result.status is not Status.CORRECT:
         return "fail", result.message
+    if technique.absent(result.technique):
+        names = ", ".join(check.name for check in technique.absent(result.technique))
+        return "warn", f"the results are right, but the stage's technique is absent ({names}), which costs points"
     if result.points is not None and result.points.penalty > 0:
         kinds = ", ".join(sorted({f.kind.replace("_", " ") for f in result.findings}))
         return "warn", f"the results are right, but the checker found defects that cost points: {kinds}"
@@ -293,6 +299,10 @@ class StageReport:
             where = f" (line {finding.line})" if finding.line else ""
             thread = f", {finding.thread}" if finding.thread and finding.thread not in finding.message else ""
             rows.append(("Found", f"{finding.kind.replace('_', ' ')}{where}: {finding.message}{thread}"))
+        rows.extend(("Technique", technique.describe(check)) for check in result.technique)
+        if result.technique and technique.below_noise(result.performance):
+            rows.append(("Technique", "the speed step of this stage is within the timing noise on this GPU: the "
+                         "measurements above are what show its technique"))
         rows.extend(("Measured", note) for note in metric_notes(result.metrics))
         rows.extend(self._speed_rows())
         if result.points is not None:
@@ -360,33 +370,6 @@ class StageReport:
 
 def _size(size: tuple[int, ...]) -> str:
     return f"n={size[0]}" if len(size) == 1 else f"{size[0]}x{size[1]}"
-
-
-# --- nbgrader's graded cells -----------------------------------------------------------------------------------
-
-NOTEBOOK_NAME = "reduction.ipynb"
-
-_graded: dict[tuple[str, float], StudentResult] = {}
-
-
-def award(stage_id: str, notebook: str | Path = NOTEBOOK_NAME) -> float:
-    """The points of `stage_id` in the notebook file being autograded (the working directory's), with its report.
-
-    The value is the graded cell's result, which nbgrader reads as the cell's partial credit.
-    """
-    path = Path(notebook).resolve()
-    if not path.is_file():
-        raise FileNotFoundError(f"award() grades the notebook file being autograded, and there is none at {path}")
-    key = (str(path), path.stat().st_mtime)
-    if key not in _graded:
-        # nbgrader keeps each student's notebook in <course>/autograded/<student>/<assignment>/.
-        options = environment_options()
-        _graded[key] = quietly(lambda: grade_notebook(path, student=path.parent.parent.name, options=options))
-    graded = _graded[key]
-    result = next(stage for stage in graded.stages if stage.stage == stage_id)
-    display_or_print(StageReport(result, device=graded.device))
-    # nbgrader refuses partial credit above the cell's points, which are the rubric's maximum for the stage.
-    return round(result.points.total, 6) if result.points else 0.0
 
 
 # --- the summary -----------------------------------------------------------------------------------------------
@@ -505,4 +488,4 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else ""
 
 
-__all__ = ["StageReport", "SummaryReport", "award", "check", "display_or_print", "quietly", "reset", "summary"]
+__all__ = ["StageReport", "SummaryReport", "check", "display_or_print", "quietly", "reset", "summary"]

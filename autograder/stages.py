@@ -28,6 +28,7 @@ MAX2D_BLOCK = (32, 8)
 
 # Correctness sizes for 1-D stages: tiny, around a warp, around the block, odd, and large enough for
 # several passes and for races that only show at scale (PRODUCT.md: a missing barrier first failed at 1000003).
+# These are published; every run adds odd sizes drawn from its secret seed (autograder.verify.seeded_sizes).
 SUM_SIZES = (1, 2, 31, 32, 33, 255, 256, 257, 511, 512, 513, 1000, 65535, 65536, 1_000_003, 4_194_304 + 77)
 
 # (width, height) shapes for the max2d step kernel: 1 x 1, degenerate rows and columns, odd sides.
@@ -71,6 +72,23 @@ class Stage:
     def mangled_name(self) -> str:
         """The C++ symbol of the kernel when it is compiled as C++ (no extern "C")."""
         return f"_Z{len(self.kernel_name)}{self.kernel_name}{_MANGLED_PARAMS[self.shape]}"
+
+    @property
+    def symbols(self) -> tuple[str, str]:
+        """The names every backend looks the compiled kernel up by, in order: the C++ symbol, which holds the
+        contract's exact parameter types (so `int n`, `size_t n` or a non-const `g_in` is not it, while
+        `__restrict__` and top-level `const` change nothing), then the plain name of an `extern "C"` kernel."""
+        return (self.mangled_name, self.kernel_name)
+
+    def missing_kernel_message(self, binary: bytes) -> str:
+        """Why none of `symbols` is in `binary` (a cubin, a shared object): the same words on every backend."""
+        name = self.kernel_name.encode()
+        if b"_Z%d%s" % (len(name), name) in binary or name + b"\0" in binary:
+            return (
+                f"a kernel named {self.kernel_name} is there, but not with the contract's parameters (or it is a "
+                f"template): it must be `{self.signature}`"
+            )
+        return f"no kernel named {self.kernel_name} with signature `{self.signature}` in the cell"
 
     def stub_source(self) -> str:
         """The kernel a released notebook starts with: it compiles and computes nothing.

@@ -5,18 +5,23 @@ in float32 whatever the order (any dropped or doubled element shows), and offset
 float64 reference within a bound that fits float32 summation. For max2d: random values, and all-negative values
 (a max that starts from 0 fails them).
 
+The sizes are the catalogue's fixed edge sizes (autograder.stages) and a few odd sizes drawn from the seed, so a
+kernel that is right only on the published sizes fails. The same seed always gives the same cases.
+
 The expected value is always computed here, in the grader process, from the seed; the worker only runs the
 kernel. A kernel cannot reach the reference.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from autograder.backends.base import Backend, Kernel
+from autograder.build import Build
 from autograder.launch import Plan
 from autograder.records import CaseResult, Finding, KernelMetrics, KernelSource
 from autograder.stages import MAX2D_SHAPES, SUM_SIZES, Shape, Stage, get_stage
@@ -32,6 +37,7 @@ class Case:
     size: tuple[int, ...]
     input_kind: str
     seed: int
+    seeded: bool = False  # a size drawn from the run's seed
 
     @property
     def count(self) -> int:
@@ -43,19 +49,49 @@ class Case:
         return f"{shape} {self.input_kind}"
 
 
-def correctness_cases(stage: Stage, seed: int, quick: bool = False) -> list[Case]:
-    """The cases of a stage, smallest first. `quick` drops the largest ones."""
+def correctness_cases(stage: Stage, seed: int, quick: bool = False, block_size: int = 256) -> list[Case]:
+    """The cases of a stage, smallest first: the fixed sizes, then the sizes drawn from `seed`, each with both
+    input kinds. `quick` drops the largest ones."""
     if stage.shape is Shape.SUM_1D:
-        sizes: tuple[tuple[int, ...], ...] = tuple((n,) for n in SUM_SIZES)
+        fixed: tuple[tuple[int, ...], ...] = tuple((n,) for n in SUM_SIZES)
         kinds = ("integers", "random")
     else:
-        sizes = MAX2D_SHAPES
+        fixed = MAX2D_SHAPES
         kinds = ("random", "negative")
+    drawn = [size for size in seeded_sizes(stage, seed, block_size) if size not in fixed]
+    sizes = [(size, False) for size in fixed] + [(size, True) for size in drawn]
     cases = [
-        Case(size, kind, seed=(seed * 1_000_003 + index) % 2**63)
-        for index, (size, kind) in enumerate((size, kind) for size in sizes for kind in kinds)
+        Case(size, kind, seed=(seed * 1_000_003 + index) % 2**63, seeded=seeded)
+        for index, (size, seeded, kind) in enumerate((size, seeded, kind) for size, seeded in sizes for kind in kinds)
     ]
-    return [case for case in cases if not quick or case.count <= QUICK_LIMIT]
+    return sorted((case for case in cases if not quick or case.count <= QUICK_LIMIT), key=lambda case: case.count)
+
+
+def seeded_sizes(stage: Stage, seed: int, block_size: int) -> list[tuple[int, ...]]:
+    """Odd sizes drawn from the run's seed. A sum: one below a block's elements, one between two and sixteen
+    blocks, one of two passes (below QUICK_LIMIT, so a quick check has it too), one above 2^20. max2d: a small
+    matrix, a wide and a tall one, and a large one, every side odd."""
+
+    def odd(key: str, low: int, high: int) -> int:
+        """An odd number in [low, high] (low odd), from a hash of the seed: the same on every machine and
+        every version of numpy."""
+        digest = hashlib.sha256(f"{seed}:{stage.id}:{key}".encode()).digest()
+        return low + 2 * (int.from_bytes(digest[:8], "big") % ((high - low) // 2 + 1))
+
+    if stage.shape is Shape.SUM_1D:
+        block = block_size * stage.elements_per_thread
+        return [
+            (odd("below a block", 3, block - 1),),
+            (odd("between blocks", 2 * block + 1, 16 * block - 1),),
+            (odd("two passes", (1 << 16) + 1, QUICK_LIMIT - 1),),
+            (odd("above 2^20", (1 << 20) + 1, 3 << 20),),
+        ]
+    return [
+        (odd("small width", 3, 63), odd("small height", 3, 63)),
+        (odd("wide width", 65, 999), odd("wide height", 3, 31)),
+        (odd("tall width", 3, 31), odd("tall height", 65, 999)),
+        (odd("large width", 513, 1535), odd("large height", 513, 1535)),
+    ]
 
 
 def analysis_cases(stage: Stage, seed: int) -> list[Case]:
@@ -96,7 +132,7 @@ def reference(stage: Stage, data: np.ndarray, block_size: int) -> tuple[float, f
 def judge(stage: Stage, case: Case, got: float | None, block_size: int, error: str | None = None) -> CaseResult:
     """A case's verdict from the value the kernel gave."""
     expected, tolerance = reference(stage, make_input(case), block_size)
-    passed = got is not None and math.isfinite(got) and abs(got - expected) <= tolerance
+    passed = error is None and got is not None and math.isfinite(got) and abs(got - expected) <= tolerance
     return CaseResult(
         label=case.label,
         size=case.size,
@@ -105,32 +141,33 @@ def judge(stage: Stage, case: Case, got: float | None, block_size: int, error: s
         got=got,
         passed=passed,
         error=error,
+        seeded=case.seeded,
     )
 
 
 # --- run in the worker process -------------------------------------------------------------------------
 
-_compiled: dict[tuple[str, str], Kernel] = {}
+_loaded: dict[tuple[str, ...], Kernel] = {}
 
 
-def compiled(backend: Backend, stage_id: str, source: KernelSource) -> Kernel:
-    """Compile once per worker process; a restarted worker compiles again (the backends cache on disk)."""
-    key = (stage_id, source.text)
-    if key not in _compiled:
-        _compiled[key] = backend.compile(source, get_stage(stage_id))
-    return _compiled[key]
+def compiled(backend: Backend, stage_id: str, kernel: Build | KernelSource) -> Kernel:
+    """Load a Build once per worker process. A KernelSource is compiled here: only trusted code (the
+    reference kernels of a calibration or a benchmark) in a worker that may compile."""
+    if isinstance(kernel, KernelSource):
+        key = ("source", stage_id, kernel.text)
+        if key not in _loaded:
+            _loaded[key] = backend.compile(kernel, get_stage(stage_id))
+        return _loaded[key]
+    digest = hashlib.sha256(b"".join(data for _, data in kernel.files)).hexdigest()
+    key = ("build", kernel.stage_id, digest, repr(kernel.source.location))
+    if key not in _loaded:
+        _loaded[key] = backend.load(kernel)
+    return _loaded[key]
 
 
-def compile_only(backend: Backend, stage_id: str, source: KernelSource) -> tuple:
-    """Compile and return the compiler's warnings (CompileError propagates)."""
-    return compiled(backend, stage_id, source).warnings
-
-
-def run_case(
-    backend: Backend, stage_id: str, source: KernelSource, case: Case, block_size: int
-) -> tuple[float, tuple[Finding, ...]]:
+def run_case(backend: Backend, build: Build, case: Case, block_size: int) -> tuple[float, tuple[Finding, ...]]:
     """Run one whole reduction of a case's input; the value it left and what was seen on the way."""
-    kernel = compiled(backend, stage_id, source)
+    kernel = compiled(backend, build.stage_id, build)
     plan = Plan.create(backend, kernel, case.size, block_size)
     try:
         plan.load(make_input(case))
@@ -141,9 +178,9 @@ def run_case(
     return value, guard_findings + backend.findings()
 
 
-def kernel_metrics(backend: Backend, stage_id: str, source: KernelSource) -> KernelMetrics | None:
+def kernel_metrics(backend: Backend, build: Build) -> KernelMetrics | None:
     """Bank conflicts and divergence of the kernel's launches so far in this worker, where measured."""
-    return backend.metrics(compiled(backend, stage_id, source))
+    return backend.metrics(compiled(backend, build.stage_id, build))
 
 
 # --- hints ---------------------------------------------------------------------------------------------
@@ -156,12 +193,25 @@ def hint(
     failed = [case for case in cases if not case.passed]
     if not failed:
         return None
+    if any(f.kind == "input_changed" for f in findings):
+        return (
+            "leave g_in as it was: it is read-only (const float *), and a kernel that writes it gives wrong "
+            "results whenever the same input is reduced again. Copy it into shared memory (or registers) and "
+            "reduce there"
+        )
     races = sorted({f.line for f in findings if f.kind.startswith("race") and f.line})
     if races:
         lines = ", ".join(str(line) for line in races)
         return (
             f"fix the data race reported at line {lines} first: a race gives results that change from run to "
             "run and from size to size, so the failed sizes say little until it is gone"
+        )
+    barriers = sorted({f.line for f in findings if f.kind == "barrier_divergence" and f.line})
+    if barriers:
+        lines = ", ".join(str(line) for line in barriers)
+        return (
+            f"fix the __syncthreads() at line {lines} first: only part of the block reaches it, which CUDA "
+            "leaves undefined, so the failed sizes say little until every thread of the block reaches it"
         )
     if any(case.got is not None and not math.isfinite(case.got) for case in failed):
         return (

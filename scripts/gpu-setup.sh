@@ -4,17 +4,18 @@
 #
 #     source scripts/gpu-setup.sh && python3 -m pytest -m gpu -q
 #
-# .gpu-wheels/ comes from scripts/gpu-wheels.sh. When it holds a built pycuda-*.whl, that is installed as is;
+# .gpu-wheels/ comes from scripts/gpu-wheels.sh; it also holds bubblewrap's .deb, unpacked into /tmp/debs.
+# When it holds a built pycuda-*.whl, that is installed as is;
 # otherwise PyCUDA is built from its source distribution (about 70 s on 16 cores) and, when $OUT is set (the
 # lent GPU machine's folder of files that come back), the built wheel is copied there, to be put into
 # .gpu-wheels/ so that later runs skip the build.
 #
-# Settings: GPU_WHEELS (default .gpu-wheels), GPU_SITE (default /tmp/site), CUDA_ROOT (default
+# Settings: GPU_WHEELS (default .gpu-wheels), GPU_SITE (default /tmp/site-packages: the sandbox binds folders of that name), CUDA_ROOT (default
 # /usr/local/cuda-13.0, else /usr/local/cuda).
 
 gpu_setup() {
     local wheels=${GPU_WHEELS:-.gpu-wheels}
-    local site=${GPU_SITE:-/tmp/site}
+    local site=${GPU_SITE:-/tmp/site-packages}
     local cuda_root=${CUDA_ROOT:-}
     if [ -z "$cuda_root" ]; then
         cuda_root=/usr/local/cuda-13.0
@@ -46,6 +47,14 @@ gpu_setup() {
         if [ -n "${OUT:-}" ]; then
             cp "$built"/pycuda-*.whl "$OUT"/ && echo "gpu-setup: copied the PyCUDA wheel to \$OUT; put it into $wheels"
         fi
+    fi
+
+    # The sandbox (bubblewrap) from its carried Debian package, unpacked into a folder of its own.
+    local deb
+    deb=$(compgen -G "$wheels/bubblewrap_*.deb" | head -n 1)
+    if ! command -v bwrap >/dev/null 2>&1 && [ -n "$deb" ]; then
+        dpkg -x "$deb" /tmp/debs && export AUTOGRADER_BWRAP=/tmp/debs/usr/bin/bwrap
+        echo "gpu-setup: bubblewrap from $deb"
     fi
 
     export PATH="$cuda_root/bin:$PATH"

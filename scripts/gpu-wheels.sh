@@ -33,14 +33,21 @@ target=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp31
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 
 # What PyCUDA needs at run time (siphash24 and rpds-py are compiled, hence the cp312 platform tags), then
-# what `autograder` imports beyond the machine's packages: nbformat and its dependencies, click and rich.
+# what `autograder` imports beyond the machine's packages: nbformat and its dependencies, click and rich, and
+# Dask's distributed scheduler for class runs with --workers.
 # Each with --no-deps: a second version of a package the machine has would stop the whole install.
 packages=(
-    pytools platformdirs siphash24 mako
+    pytools platformdirs siphash24 mako pyseccomp
     nbformat fastjsonschema jsonschema jsonschema-specifications referencing rpds-py jupyter-core traitlets
     click rich
+    dask distributed cloudpickle toolz zict tblib sortedcontainers locket partd fsspec msgpack tornado
 )
 "${pip[@]}" download -q --no-deps "${target[@]}" -d "$dest" "${packages[@]}"
+
+# The sandbox's bubblewrap, which the GPU machine lacks: Debian's .deb, unpacked there by gpu-setup.sh.
+if command -v apt-get >/dev/null 2>&1 && ! compgen -G "$dest/bubblewrap_*.deb" >/dev/null; then
+    (cd "$dest" && apt-get download -q bubblewrap >/dev/null) || echo "could not download bubblewrap's .deb"
+fi
 
 if [ "$notebooks" = 1 ]; then
     # Resolved with their dependencies, then only what is neither here already nor on the machine is kept.

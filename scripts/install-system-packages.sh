@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Debian packages the project uses where they can be had: Boost.Context for the CPU backend's fast fibers
-# (it falls back to ucontext without it) and Chromium for the browser tests of the HTML pages.
+# Debian packages the project uses where they can be had: bubblewrap, the sandbox every compile and worker
+# runs in (grading refuses student code without it, unless --no-sandbox), Boost.Context for the CPU
+# backend's fast fibers (it falls back to ucontext without it) and Chromium for the browser tests.
 set -u
-packages="g++ libboost-context-dev chromium"
+packages="g++ bubblewrap libseccomp2 binutils libboost-context-dev chromium"
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "no apt-get here: install $packages by hand if you want them"
     exit 0

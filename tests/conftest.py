@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,13 @@ def gpu_available() -> bool:
 
     probe = "import pycuda.driver as d; d.init(); assert d.Device.count() > 0"
     return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One CPU-backend cache for the whole session: every in-process CpuBackend then loads the same runtime
+    library (two copies of it in one process would keep two sets of counters; a worker holds one backend)."""
+    return tmp_path_factory.mktemp("cpu-cache")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from test_records import sample
 
-from autograder.batch import find_submissions, grade_table, write_json
+from autograder.batch import discover, find_submissions, grade_table, write_json
 from autograder.errors import GraderError
 
 
@@ -38,6 +38,14 @@ def test_several_notebooks_need_a_choice(tmp_path: Path) -> None:
     assert submission.notebook is None and "--assignment" in submission.problem
     (chosen,) = find_submissions(tmp_path, assignment="reduction")
     assert chosen.notebook.name == "a.ipynb"
+
+
+def test_one_student_with_two_hand_ins_is_graded_once_and_the_other_listed(tmp_path: Path) -> None:
+    notebook(tmp_path / "ada.ipynb")
+    notebook(tmp_path / "ada" / "reduction.ipynb")
+    found = discover(tmp_path)
+    assert [(s.student, s.shown) for s in found.submissions] == [("ada", "ada/reduction.ipynb")]
+    assert found.skipped == (("ada.ipynb", "another hand-in, ada/reduction.ipynb, has the same student name"),)
 
 
 def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:

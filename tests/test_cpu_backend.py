@@ -6,9 +6,11 @@ variants and feature kernels in tests/cpu_kernels.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ from autograder.backends.base import Backend, Kernel
 from autograder.backends.cpu import CpuBackend
 from autograder.backends.cpu.compiler import CHECK_FLAGS, COMMON_FLAGS, RUNTIME_DIR
 from autograder.backends.cpu.rewrite import rewrite_shared
+from autograder.build import Build
 from autograder.errors import BackendUnavailable, CompileError, KernelFault, KernelTimeout
 from autograder.launch import Plan
 from autograder.records import Finding, KernelSource, SourceLocation
@@ -31,11 +34,6 @@ SOLUTIONS = Path(__file__).parent.parent / "solutions" / "reduction" / "kernels"
 LOCATION = SourceLocation(notebook="reduction.ipynb", grade_id="test", cell_index=4, first_line=3)
 SUM_CASES = (1, 2, 31, 32, 33, 255, 256, 257, 513, 1000, 65537)
 MAX2D_CASES = ((1, 1), (2, 1), (1, 2), (1, 1000), (1000, 1), (3, 3), (31, 33), (257, 255))
-
-
-@pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cpu-cache")
 
 
 @pytest.fixture(scope="session")
@@ -59,9 +57,9 @@ def source(name: str) -> KernelSource:
 
 
 def cell_line(kernel_file: str, text: str) -> int:
-    """The cell line of the first kernel-source line containing `text`."""
-    lines = kernel_path(kernel_file).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, start=1) if text in line) + LOCATION.first_line - 1
+    """The cell line where `text` (which may span lines) first occurs in a kernel's source."""
+    code = kernel_path(kernel_file).read_text()
+    return code[: code.index(text)].count("\n") + LOCATION.first_line
 
 
 def reduce(backend: Backend, kernel: Kernel, data: np.ndarray, size: tuple[int, ...]) -> float:
@@ -404,25 +402,241 @@ def test_unknown_schedule_is_refused(cache_dir: Path) -> None:
         CpuBackend(schedule="sideways", cache_dir=cache_dir)
 
 
-def _launch_in_worker(backend: Backend, name: str, blocks: int) -> float:
-    kernel = backend.compile(KernelSource((KERNELS / f"{name}.cu").read_text()), get_stage("naive"))
+def _launch_in_worker(backend: Backend, build: Build, blocks: int) -> float:
+    kernel = backend.load(build)
     data, out = backend.upload(np.ones(4, np.float32)), backend.alloc(4)
     backend.fill(out, 0.0)
     backend.launch(kernel, (blocks, 1), (32, 1), 0, (data, out, 4))
     return float(backend.download(out, 1)[0])
 
 
-def _compile_in_worker(backend: Backend, name: str) -> None:
-    backend.compile(KernelSource((KERNELS / f"{name}.cu").read_text()), get_stage("naive"))
-
-
 def test_a_spin_wait_on_another_block_times_out_and_a_crash_is_a_fault(cache_dir: Path) -> None:
+    from autograder.build import Builder
     from autograder.isolation import Worker
 
-    with Worker("cpu", {"cache_dir": str(cache_dir)}) as worker:
-        worker.call(_compile_in_worker, "spin_wait", timeout=120)
+    with Worker("cpu", {"cache_dir": str(cache_dir)}, readable=(Path(__file__).parent,)) as worker:
+        builder = Builder(worker.device, worker.sandbox, {"cache_dir": str(cache_dir)})
+
+        def build(name: str) -> Build:
+            return builder.build(get_stage("naive"), KernelSource((KERNELS / f"{name}.cu").read_text()))
+
         with pytest.raises(KernelTimeout):
-            worker.call(_launch_in_worker, "spin_wait", 2, timeout=3)
+            worker.call(_launch_in_worker, build("spin_wait"), 2, timeout=3)
         with pytest.raises(KernelFault):
-            worker.call(_launch_in_worker, "wild_pointer", 1, timeout=120)
-        assert worker.call(_launch_in_worker, "printf_kernel", 1, timeout=120) == 0.0
+            worker.call(_launch_in_worker, build("wild_pointer"), 1, timeout=120)
+        assert worker.call(_launch_in_worker, build("printf_kernel"), 1, timeout=120) == 0.0
+
+
+# -- legal CUDA that a course uses: every construct nvcc accepts gives the right sum -----------------------------
+
+# (kernel file, stage): each kernel also compiles with nvcc (test_construct_kernels_compile_with_nvcc).
+CONSTRUCTS = (
+    ("textbook_file_scope_shared", "sequential"),  # extern __shared__ at file scope
+    ("macro_shared", "sequential"),  # __shared__ declared through macros
+    ("cg_tiles", "shuffle"),  # cooperative_groups.h, tiled_partition<32> and <16>, cg::reduce
+    ("math_constants_max2d", "max2d"),  # math_constants.h: -CUDART_INF_F as the identity of a max
+    ("toolkit_vector_loads", "open"),  # __restrict__, __ldg, float4, template<unsigned int blockSize>, ...
+    ("toolkit_warp_intrinsics", "shuffle"),  # warpSize, __activemask, __reduce_add_sync, atomicMax on int, ...
+    ("samples_style", "open"),  # the CUDA samples' SharedMemory<T>, template<class T, blockSize, nIsPow2>, cg
+    ("half_precision_headers", "shuffle"),  # cuda_fp16.h and cuda_bf16.h: rounding as on a GPU
+)
+
+
+@pytest.mark.parametrize("name, stage_id", CONSTRUCTS)
+def test_legal_cuda_constructs_give_the_right_result_with_no_findings(
+    cpu: CpuBackend, name: str, stage_id: str
+) -> None:
+    stage = get_stage(stage_id)
+    kernel = cpu.compile(source(name), stage)
+    rng = np.random.default_rng(11)
+    cases = [(n,) for n in (1, 31, 256, 257, 1000, 70_001)] if stage.shape is Shape.SUM_1D else list(MAX2D_CASES)
+    for size in cases:
+        data = rng.integers(-8, 9, math.prod(size)).astype(np.float32)
+        expected = float(data.sum()) if stage.shape is Shape.SUM_1D else float(data.max())
+        assert reduce(cpu, kernel, data, size) == expected, f"{name} size {size}"
+    assert cpu.findings() == ()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (it compiles without a GPU)")
+@pytest.mark.parametrize("name", [name for name, _ in CONSTRUCTS])
+def test_construct_kernels_compile_with_nvcc(tmp_path: Path, name: str) -> None:
+    """The CPU backend accepts these because nvcc does: the same source compiles to PTX."""
+    compiled = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-ptx", "-o", str(tmp_path / "k.ptx"), str(kernel_path(name))],
+        capture_output=True, text=True,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+
+
+def test_shared_memory_declared_through_a_macro_is_checked_on_the_students_lines(cpu: CpuBackend) -> None:
+    # Without the barrier after the load, thread 0 reads sdata[128] before thread 128 stores it: the race is
+    # found, so the macro's array was rewritten into the checked arena, and its lines are the student's.
+    text = source("macro_shared").text.replace(
+        "sdata[tid] = (i < n) ? g_in[i] : 0.0f;\n    __syncthreads();", "sdata[tid] = (i < n) ? g_in[i] : 0.0f;\n"
+    )
+    kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("sequential"))
+    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    [race] = [f for f in cpu.findings() if f.kind == "race_syncthreads"]
+    assert race.line == cell_line("macro_shared", "sdata[tid] = (i < n)")
+    tree = cell_line("macro_shared", "if (tid < s) sdata[tid] += sdata[tid + s]")
+    assert f"reads it at line {tree}" in race.message and "sdata[128]" in race.message
+    with pytest.raises(CompileError) as error:
+        cpu.compile(KernelSource(text.replace("DECL(copy);", "DECL(copy) oops;"), LOCATION), get_stage("sequential"))
+    assert error.value.messages[0].line == cell_line("macro_shared", "DECL(copy);")
+
+
+SIZES_IN_FRESH_PROCESS = (200, 1000, 70_001)
+
+
+def _grade_in_fresh_process(cache_dir: Path, names: list[tuple[str, str]]) -> dict[str, str]:
+    """Each kernel's sums and findings, graded one after another in a new process, as a fresh worker does."""
+    script = f"""
+import json, sys
+import numpy as np
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_cpu_backend import reduce, source
+from autograder.backends.cpu import CpuBackend
+from autograder.stages import get_stage
+cpu = CpuBackend(cache_dir={str(cache_dir)!r})
+results = {{}}
+for name, stage_id in {names!r}:
+    kernel = cpu.compile(source(name), get_stage(stage_id))
+    sums = [reduce(cpu, kernel, np.arange(n, dtype=np.float32) % 7, (n,)) for n in {SIZES_IN_FRESH_PROCESS!r}]
+    findings = sorted((f.kind, f.line or 0, f.message) for f in cpu.findings())
+    results[name] = repr((sums, findings))
+print(json.dumps(results))
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_every_kernel_runs_in_a_state_no_earlier_kernel_changed(cache_dir: Path) -> None:
+    # File-scope extern __shared__ first in a fresh process crashed; leftovers of shared memory and of static
+    # __shared__ allocations changed what later kernels saw. Both orders must give the same, right, results.
+    names = [
+        ("textbook_file_scope_shared", "sequential"),
+        ("bug_uninitialised", "sequential"),
+        ("namespace_shared", "sequential"),
+        ("bug_static_shared_overrun", "sequential"),
+        ("macro_shared", "sequential"),
+    ]
+    forward = _grade_in_fresh_process(cache_dir, names)
+    backward = _grade_in_fresh_process(cache_dir, names[::-1])
+    assert forward == backward
+    sums = [float((np.arange(n) % 7).sum()) for n in SIZES_IN_FRESH_PROCESS]
+    assert forward["textbook_file_scope_shared"] == repr((sums, []))
+
+
+# -- what the checks must catch: barriers part of the block skips, plain accesses racing with atomics --------
+
+# (kernel file, stage, the lines of the divergent barriers)
+DIVERGENT_BARRIERS = (
+    ("bug_barrier_in_branch", "sequential", ("__syncthreads();\n        }",)),
+    ("bug_barrier_early_return", "sequential", ("__syncthreads();\n    for",)),
+    ("bug_barrier_if_else", "sequential", ("__syncthreads();\n    } else", "__syncthreads();\n    }\n    for")),
+    ("bug_barrier_uneven_loop", "first_add", ("__syncthreads();\n    }\n    sdata", "__syncthreads();\n    for")),
+    ("bug_barrier_last_warp", "unrolled_warp", ("__syncthreads();\n        }\n    }",)),
+)
+
+
+@pytest.mark.parametrize("name, stage_id, barriers", DIVERGENT_BARRIERS)
+def test_a_barrier_that_part_of_the_block_skips_is_barrier_divergence(
+    cpu: CpuBackend, name: str, stage_id: str, barriers: tuple[str, ...]
+) -> None:
+    kernel = cpu.compile(source(name), get_stage(stage_id))
+    # The sum is right, as on an H200: only the finding tells.
+    assert reduce(cpu, kernel, np.ones(1000, np.float32), (1000,)) == 1000
+    found = [f for f in cpu.findings() if f.kind == "barrier_divergence"]
+    assert {f.line for f in found} == {cell_line(name, text) for text in barriers}
+    assert "was reached by only" in found[0].message and "undefined in CUDA" in found[0].message
+
+
+def test_barriers_in_branches_that_the_whole_block_takes_are_not_divergence(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("barrier_uniform_branch"), get_stage("sequential"))
+    assert reduce(cpu, kernel, np.ones(1000, np.float32), (1000,)) == 1000
+    assert cpu.findings() == ()
+
+
+def test_a_deadlock_is_not_also_reported_as_barrier_divergence(cpu: CpuBackend) -> None:
+    kernel = cpu.compile(source("bug_deadlock"), get_stage("shuffle"))
+    data, out = cpu.upload(np.ones(32, np.float32)), cpu.alloc(1)
+    with pytest.raises(KernelFault):
+        cpu.launch(kernel, (1, 1), (32, 1), 0, (data, out, 32))
+    assert cpu.findings() == ()
+
+
+# (kernel file, stage, kind, the line of the access found racing, the line of the access it races with)
+ATOMIC_RACES = (
+    ("bug_atomic_after_plain_init", "sequential", "race_interblock", "atomicAdd(&g_out[0]", "g_out[0] = 0.0f"),
+    ("bug_atomic_plain_read", "sequential", "race_interblock", "atomicAdd(&g_out[0]", "g_out[0] != g_out[0]"),
+    ("bug_shared_counter_syncwarp", "shuffle", "race_syncthreads", "atomicAdd(&total", "total = 0.0f"),
+)
+
+
+@pytest.mark.parametrize("name, stage_id, kind, racing, earlier", ATOMIC_RACES)
+def test_a_plain_access_racing_with_atomics_of_other_threads_is_found(
+    cpu: CpuBackend, name: str, stage_id: str, kind: str, racing: str, earlier: str
+) -> None:
+    # In each, the plain access comes first and atomics of its own block follow it before the racing ones: a
+    # shadow that kept only the last access saw two atomics and nothing else.
+    kernel = cpu.compile(source(name), get_stage(stage_id))
+    n = 256 * 12
+    data, out = cpu.upload(np.ones(n, np.float32)), cpu.alloc(12)
+    cpu.fill(out, 0.0)
+    cpu.launch(kernel, (12, 1), (256, 1), 1024, (data, out, n))
+    [race] = [f for f in cpu.findings() if f.kind == kind]
+    assert race.line == cell_line(name, racing)
+    assert f"at line {cell_line(name, earlier)}" in race.message and "atomically updates" in race.message
+
+
+# -- the contract's exact signature: the CPU finds the kernel by the symbols a GPU finds it by -----------------
+
+SEQUENTIAL_SIGNATURE = "__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n)"
+# (what replaces the reference's signature, whether a GPU finds the kernel). A GPU looks the kernel up by its
+# C++ symbol, which encodes the parameter types (Stage.mangled_name), then by the plain name of an extern "C"
+# kernel; top-level qualifiers (__restrict__, const on the parameter itself) are not part of the symbol.
+SIGNATURES = (
+    ("__global__ void reduce_sequential(const float *g_in, float *g_out, int n)", False),
+    ("__global__ void reduce_sequential(const float *g_in, float *g_out, size_t n)", False),
+    ("__global__ void reduce_sequential(float *g_in, float *g_out, unsigned int n)", False),
+    ("__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n, int extra)", False),
+    ("template <int B> __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n)", False),
+    ("__global__ void reduce_sequential(const float *__restrict__ g_in, float *__restrict__ g_out, "
+     "const unsigned int n)", True),
+    ('extern "C" __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n)', True),
+)
+
+
+def _with_signature(signature: str) -> str:
+    text = kernel_path("sequential").read_text()
+    assert SEQUENTIAL_SIGNATURE in text
+    text = text.replace(SEQUENTIAL_SIGNATURE, signature)
+    if signature.startswith("template"):
+        text += "template __global__ void reduce_sequential<1>(const float *, float *, unsigned int);\n"
+    return text
+
+
+@pytest.mark.parametrize("signature, accepted", SIGNATURES)
+def test_only_the_contracts_exact_parameter_types_are_accepted(
+    cpu: CpuBackend, signature: str, accepted: bool
+) -> None:
+    stage = get_stage("sequential")
+    if accepted:
+        kernel = cpu.compile(KernelSource(_with_signature(signature), LOCATION), stage)
+        assert reduce(cpu, kernel, np.ones(1000, np.float32), (1000,)) == 1000
+        return
+    with pytest.raises(CompileError) as error:
+        cpu.compile(KernelSource(_with_signature(signature), LOCATION), stage)
+    assert str(error.value) == stage.missing_kernel_message(b"_Z17reduce_sequential")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (it compiles without a GPU)")
+@pytest.mark.parametrize("signature, accepted", SIGNATURES)
+def test_a_gpu_finds_exactly_the_kernels_the_cpu_accepts(tmp_path: Path, signature: str, accepted: bool) -> None:
+    """What SIGNATURES says of a GPU, checked on the cubin nvcc builds: a symbol the GPU backend looks up."""
+    (tmp_path / "kernel.cu").write_text(_with_signature(signature))
+    subprocess.run(["nvcc", "--cubin", "-arch=sm_90", "-o", "kernel.cubin", "kernel.cu"], cwd=tmp_path, check=True)
+    cubin = (tmp_path / "kernel.cubin").read_bytes()
+    assert any(b"\0" + symbol.encode() + b"\0" in cubin for symbol in get_stage("sequential").symbols) == accepted

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from autograder.backends.cpu.compiler import SOURCE_NAME, parameter_names, parse_diagnostics
-from autograder.backends.cpu.rewrite import blank_comments_and_strings, declares_device_variables, rewrite_shared
+from autograder.backends.cpu.rewrite import (
+    blank_comments_and_strings,
+    declares_device_variables,
+    rewrite_preprocessed,
+    rewrite_shared,
+    rewrite_source,
+)
 from autograder.records import KernelSource, SourceLocation
 
 
@@ -61,3 +67,45 @@ def test_device_variables_are_told_from_device_functions() -> None:
     assert declares_device_variables("__constant__ float weights[16];")
     assert not declares_device_variables("__device__ float twice(float x) { return 2 * x; }")
     assert not declares_device_variables("__global__ void k() { __device__ int x; }\n// __device__ int y;")
+
+
+def test_a_source_is_preprocessed_only_when_a_macro_declares_shared_memory() -> None:
+    calls: list[str] = []
+
+    def preprocess(text: str) -> str:
+        calls.append(text)
+        return PREPROCESSED
+
+    plain = "#define N 256\n__global__ void k() {\n    extern __shared__ float s[];\n}\n"
+    assert not rewrite_source(plain, preprocess, SOURCE_NAME).preprocessed and calls == []
+    with_macro = "#define SMEM \\\n    extern __shared__ float\n__global__ void k() {\n    SMEM s[];\n}\n"
+    rewritten = rewrite_source(with_macro, preprocess, SOURCE_NAME)
+    assert calls == [with_macro] and rewritten.preprocessed and rewritten.dynamic_names == ("s",)
+
+
+# g++ -E output: the prelude's lines, then the student's file with a macro expanded on its own line.
+PREPROCESSED = (
+    '# 0 "kernel.cu"\n'
+    '# 1 "/runtime/ag_prelude.h" 1\n'
+    "struct dim3 { unsigned x; };\n"
+    "int __shared__;\n"
+    '# 2 "kernel.cu" 2\n'
+    "\n"
+    "__global__ void k() {\n"
+    "    extern __shared__ float s[];\n"
+    "    __shared__ float (*odd)(int);\n"
+    '    const char *text = "__shared__";\n'
+    "}\n"
+)
+
+
+def test_only_the_students_lines_of_preprocessed_output_are_rewritten() -> None:
+    rewritten = rewrite_preprocessed(PREPROCESSED, SOURCE_NAME)
+    lines = rewritten.text.splitlines()
+    assert len(lines) == len(PREPROCESSED.splitlines())
+    assert lines[:5] == PREPROCESSED.splitlines()[:5]  # the header keeps its own `__shared__`
+    assert lines[7] == "    float *const s = reinterpret_cast<float *>(__ag_dynamic_shared);"
+    # What the rewrite cannot take apart becomes static, as the prelude's fallback makes it; strings stay.
+    assert lines[8] == "    static float (*odd)(int);"
+    assert lines[9] == '    const char *text = "__shared__";'
+    assert rewritten.dynamic_names == ("s",)

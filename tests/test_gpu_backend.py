@@ -84,11 +84,11 @@ def reference_source(stage: Stage) -> KernelSource:
 
 
 @pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+def backend() -> Iterator[Backend]:
     from autograder.backends.gpu import GpuBackend
 
     try:
-        gpu = GpuBackend(cache_dir=tmp_path_factory.mktemp("cubin"))
+        gpu = GpuBackend()
     except errors.BackendUnavailable as error:
         pytest.skip(str(error))
     yield gpu

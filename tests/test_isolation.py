@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -34,9 +35,13 @@ def chatter(backend) -> str:
     return "done"
 
 
+TESTS = Path(__file__).parent
+
+
 @pytest.fixture
 def worker():
-    with Worker("cpu") as worker:
+    # The functions it runs are this module's: the sandboxed worker may read the tests folder.
+    with Worker("cpu", readable=(TESTS,)) as worker:
         yield worker
 
 

@@ -90,7 +90,9 @@ def test_release_is_what_nbgrader_generates_from_the_solutions(regenerated: Path
 
 
 def test_release_ships_only_the_notebook(regenerated: Path) -> None:
-    assert sorted(files_under(regenerated)) == ["reduction.ipynb"]
+    # ... and what grades it in a student's repository: the pytest entry point and GitHub Classroom's tests.
+    expected = [".github/classroom/autograding.json", "reduction.ipynb", "tests/conftest.py"]
+    assert sorted(files_under(regenerated)) == expected
 
 
 def test_released_kernel_cells_are_the_stubs() -> None:
@@ -117,7 +119,7 @@ def test_released_graded_cells_carry_the_rubric_points_and_hide_the_grading() ->
     assert {grade_id: cell.metadata.nbgrader.points for grade_id, cell in graded.items()} == expected
     for cell in graded.values():
         assert cell.metadata.nbgrader.locked
-        assert "award(" not in cell.source, "the graded cell's call should be a hidden test"
+        assert "autograder.nbgrade" not in cell.source, "the graded cell's call should be a hidden test"
 
 
 def solution_leaks(notebook: nbformat.NotebookNode) -> list[str]:

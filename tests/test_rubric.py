@@ -63,6 +63,14 @@ def test_a_race_costs_what_the_rubric_says() -> None:
     assert "race_syncwarp" in points.lines[-1]
 
 
+def test_a_barrier_that_part_of_the_block_skips_costs_what_a_race_costs() -> None:
+    rubric = load_rubric()
+    assert rubric.penalties["barrier_divergence"] == rubric.penalties["race_syncthreads"] > 0
+    divergent = (Finding("barrier_divergence", "__syncthreads() on line 9 was reached by only 128", line=9),)
+    points = score(rubric, "sequential", Status.CORRECT, 32, 32, divergent, FAST, performance_measured=True)
+    assert points.penalty == 5 and "barrier_divergence" in points.lines[-1]
+
+
 def test_penalties_add_up_to_at_most_the_correctness_points() -> None:
     findings = (Finding("deadlock", "x"), Finding("race_syncthreads", "y"))
     points = score(load_rubric(), "naive", Status.CORRECT, 32, 32, findings, FAST, performance_measured=True)

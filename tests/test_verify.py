@@ -103,3 +103,11 @@ def test_a_race_comes_before_the_size_pattern() -> None:
     race = (Finding("race_syncthreads", "sdata[32] written and read unordered", line=17),)
     text = hint(SUM, results(SUM, {1, 255, 257, 1000}), 256, race)
     assert "data race reported at line 17" in text
+
+
+def test_a_barrier_that_part_of_the_block_skips_comes_before_the_size_pattern() -> None:
+    from autograder.records import Finding
+
+    divergent = (Finding("barrier_divergence", "__syncthreads() on line 12 was reached by only 128", line=12),)
+    text = hint(SUM, results(SUM, {1, 255, 257, 1000}), 256, divergent)
+    assert "__syncthreads() at line 12" in text and "part of the block" in text

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from autograder.build import Build
 from autograder.records import DeviceInfo, Finding, KernelMetrics, KernelSource
 from autograder.stages import Stage
 
@@ -57,10 +58,17 @@ class Backend(ABC):
 
     @abstractmethod
     def compile(self, source: KernelSource, stage: Stage) -> Kernel:
-        """Compile `source` and find the stage's kernel in it.
+        """Compile `source` (in the sandbox) and load it: trusted, in-process use (tests, benchmarks).
 
         Raises CompileError with the compiler's messages as data, never printed. Messages name the notebook
         cell's lines (through `source.cell_line`).
+        """
+
+    @abstractmethod
+    def load(self, build: Build) -> Kernel:
+        """Load a kernel the grader compiled (autograder.build) and find the stage's kernel in it.
+
+        This is all a worker does with student code before running it: it never compiles.
         """
 
     @abstractmethod

@@ -22,13 +22,14 @@ How it runs kernels:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -38,8 +39,10 @@ import numpy as np
 
 from autograder import errors
 from autograder.backends.base import Backend, Buffer, Kernel
+from autograder.build import Build
 from autograder.records import CompilerMessage, DeviceInfo, KernelSource
-from autograder.stages import Shape, Stage
+from autograder.sandbox import Sandbox
+from autograder.stages import Shape, Stage, get_stage
 
 # Always passed to nvcc. -lineinfo maps SASS to source lines for compute-sanitizer and Nsight Compute and
 # does not change the generated code.
@@ -129,11 +132,10 @@ class GpuBackend(Backend):
         *,
         nvcc: str | None = None,
         options: tuple[str, ...] = NVCC_OPTIONS,
-        cache_dir: Path | None = None,
+        sandbox: bool = True,
     ) -> None:
         try:
             import pycuda
-            import pycuda.compiler
             import pycuda.driver as cuda
         except ImportError as error:
             raise errors.BackendUnavailable(
@@ -143,8 +145,7 @@ class GpuBackend(Backend):
             ) from error
         self._pycuda = pycuda
         self._cuda = cuda
-        self._compiler = pycuda.compiler
-        self._nvcc = nvcc or _find_nvcc()
+        self._nvcc = nvcc or find_nvcc()
         if self._nvcc is None:
             raise errors.BackendUnavailable(
                 "the GPU backend needs nvcc, the CUDA compiler: put the CUDA toolkit's bin folder on the PATH "
@@ -173,8 +174,10 @@ class GpuBackend(Backend):
             ) from error
         major, minor = self._device.compute_capability()
         self._arch = f"sm_{major}{minor}"
-        self._options = list(options)
-        self._cache = cache_dir or _cache_dir()
+        self._options = tuple(options)
+        self._sandbox = sandbox
+        # The grader's own timing helper, compiled now: a worker compiles nothing once it runs student code.
+        self._hold_cubin, _ = _nvcc_cubin(KernelSource(_HOLD_SOURCE), self._nvcc, self._arch, Sandbox(False), ())
         self._stream = cuda.Stream()
         self._events = (cuda.Event(), cuda.Event())
         self._l2_bytes = int(self._device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
@@ -191,62 +194,29 @@ class GpuBackend(Backend):
     # --- compiling ---------------------------------------------------------------------------------------
 
     def compile(self, source: KernelSource, stage: Stage) -> Kernel:
+        return self.load(build_cubin(stage, source, self._nvcc, self._arch, Sandbox(self._sandbox), self._options))
+
+    def load(self, build: Build) -> Kernel:
         self._usable()
-        cubin, log = self._cubin(source)
-        warnings_found = parse_nvcc_output(log, source, severity="warning")
+        stage = get_stage(build.stage_id)
+        cubin = build.file("kernel.cubin")
         with self._driver_call("loading the compiled kernel"):
             module = self._cuda.module_from_buffer(cubin)
         self._modules.append(module)
         function = None
-        for symbol in (stage.mangled_name, stage.kernel_name):
+        for symbol in stage.symbols:
             try:
                 function = module.get_function(symbol)
                 break
             except self._cuda.Error:
                 continue
         if function is None:
-            raise errors.CompileError(_missing_kernel_message(stage, cubin), (), log)
+            raise errors.CompileError(stage.missing_kernel_message(cubin), (), "")
         function.prepare(_ARG_CODES[stage.shape])
-        return Kernel(stage=stage, source=source, handle=function, warnings=warnings_found)
-
-    def _cubin(self, source: KernelSource) -> tuple[bytes, str]:
-        """The cubin of `source` and what nvcc said while compiling it, from the cache where possible."""
-        options = list(self._options)
-        fingerprint = [source.text, options, self._arch, self._nvcc_version()]
-        key = hashlib.sha256(json.dumps(fingerprint).encode("utf-8")).hexdigest()
-        cubin_path, log_path = self._cache / f"{key}.cubin", self._cache / f"{key}.log"
-        try:
-            return cubin_path.read_bytes(), log_path.read_text(encoding="utf-8")
-        except OSError:
-            pass
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                cubin = self._compiler.compile(
-                    source.text,
-                    nvcc=self._nvcc,
-                    options=options,
-                    no_extern_c=True,
-                    arch=self._arch,
-                    cache_dir=False,
-                )
-            except self._cuda.CompileError as error:
-                log = "\n".join(part for part in (error.stdout, error.stderr) if part)
-                messages = parse_nvcc_output(log, source)
-                if not any(m.severity == "error" for m in messages):
-                    messages = (*messages, CompilerMessage("error", None, log.strip() or str(error)))
-                first = next(m for m in messages if m.severity == "error")
-                where = f"line {first.line}: " if first.line is not None else ""
-                raise errors.CompileError(f"the kernel does not compile ({where}{first.text})", messages, log) from None
-        log = "\n".join(_compiler_said(str(w.message)) for w in caught if _is_compiler_output(str(w.message)))
-        _write_atomically(cubin_path, cubin)
-        _write_atomically(log_path, log.encode("utf-8"))
-        return cubin, log
+        return Kernel(stage=stage, source=build.source, handle=function, warnings=build.warnings)
 
     def _nvcc_version(self) -> str:
-        output: str = self._compiler.get_nvcc_version(self._nvcc)
-        match = re.search(r"release [\d.]+, V([\d.]+)", output)
-        return match[1] if match else output.strip().splitlines()[-1]
+        return nvcc_version(self._nvcc)
 
     # --- memory ------------------------------------------------------------------------------------------
 
@@ -364,9 +334,8 @@ class GpuBackend(Backend):
 
     def _hold_kernel(self) -> tuple[Any, Any, int]:
         if self._hold is None:
-            cubin, _ = self._cubin(KernelSource(_HOLD_SOURCE))
             with self._driver_call("loading the timing helper"):
-                module = self._cuda.module_from_buffer(cubin)
+                module = self._cuda.module_from_buffer(self._hold_cubin)
                 function = module.get_function("autograder_hold").prepare("PQ")
                 release = self._cuda.pagelocked_zeros((1,), np.uint32, mem_flags=self._cuda.host_alloc_flags.DEVICEMAP)
                 pointer = int(release.base.get_device_pointer())
@@ -449,7 +418,65 @@ class GpuBackend(Backend):
             raise self._fault from error
 
 
-def _find_nvcc() -> str | None:
+def build_cubin(
+    stage: Stage, source: KernelSource, nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...] = NVCC_OPTIONS
+) -> Build:
+    """Compile `source` to a cubin with nvcc inside the sandbox. Raises CompileError with nvcc's messages."""
+    cubin, log = _nvcc_cubin(source, nvcc, arch, sandbox, options)
+    warnings_found = parse_nvcc_output(log, source, severity="warning")
+    return Build("gpu", stage.id, source, warnings_found, (("kernel.cubin", cubin),))
+
+
+def _nvcc_cubin(
+    source: KernelSource, nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...]
+) -> tuple[bytes, str]:
+    """The cubin and nvcc's log, from the cache where possible.
+
+    They are cached under a hash of everything that went into them, with the cubin's SHA-256, which is
+    checked before a cached cubin is used.
+    """
+    fingerprint = [source.text, list(options), arch, nvcc_version(nvcc)]
+    key = hashlib.sha256(json.dumps(fingerprint).encode("utf-8")).hexdigest()
+    cache = _cache_dir()
+    entry = cache / f"{key}.json"
+    cubin_path = cache / f"{key}.cubin"
+    try:
+        recorded = json.loads(entry.read_text())
+        cubin = cubin_path.read_bytes()
+        if hashlib.sha256(cubin).hexdigest() == recorded["sha256"]:
+            return cubin, recorded["log"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    with tempfile.TemporaryDirectory(prefix="autograder-nvcc-") as directory:
+        folder = Path(directory)
+        (folder / "kernel.cu").write_text(source.text)
+        argv = [nvcc, "--cubin", f"-arch={arch}", *options, "-o", "kernel.cubin", "kernel.cu"]
+        result = sandbox.run_tool(argv, folder, NVCC_SECONDS)
+        log = "\n".join(part for part in (result.stdout, result.stderr) if part.strip())
+        if result.returncode != 0:
+            messages = parse_nvcc_output(log, source)
+            if not any(m.severity == "error" for m in messages):
+                messages = (*messages, CompilerMessage("error", None, log.strip()[-2000:] or "nvcc failed"))
+            first = next(m for m in messages if m.severity == "error")
+            where = f"line {first.line}: " if first.line is not None else ""
+            raise errors.CompileError(f"the kernel does not compile ({where}{first.text})", messages, log)
+        cubin = (folder / "kernel.cubin").read_bytes()
+    _write_atomically(cubin_path, cubin)
+    _write_atomically(entry, json.dumps({"sha256": hashlib.sha256(cubin).hexdigest(), "log": log}).encode())
+    return cubin, log
+
+
+NVCC_SECONDS = 120.0
+
+
+@functools.cache
+def nvcc_version(nvcc: str) -> str:
+    output = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    match = re.search(r"release [\d.]+, V([\d.]+)", output)
+    return match[1] if match else (output.strip().splitlines() or ["unknown"])[-1]
+
+
+def find_nvcc() -> str | None:
     found = shutil.which("nvcc")
     if found:
         return found
@@ -457,25 +484,6 @@ def _find_nvcc() -> str | None:
         if root and os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
             return os.path.join(root, "bin", "nvcc")
     return None
-
-
-def _is_compiler_output(warning_text: str) -> bool:
-    return warning_text.startswith("The CUDA compiler succeeded, but said")
-
-
-def _compiler_said(warning_text: str) -> str:
-    """What nvcc printed, out of PyCUDA's "The CUDA compiler succeeded, but said the following:" warning."""
-    return warning_text.partition("\n")[2]
-
-
-def _missing_kernel_message(stage: Stage, cubin: bytes) -> str:
-    mangled_prefix = f"_Z{len(stage.kernel_name)}{stage.kernel_name}".encode()
-    if mangled_prefix in cubin or stage.kernel_name.encode() + b"\0" in cubin:
-        return (
-            f"a kernel named {stage.kernel_name} is there, but not with the contract's parameters (or it is a "
-            f"template): it must be `{stage.signature}`"
-        )
-    return f"no kernel named {stage.kernel_name} with signature `{stage.signature}` in the cell"
 
 
 def _check_range(buffer: Buffer, start: int, count: int) -> None:

@@ -1,10 +1,11 @@
 """Exports for other systems: Gradescope's results.json per student, and a gradebook CSV for an LMS.
 
 Gradescope (https://gradescope-autograders.readthedocs.io/en/latest/specs/): `tests[]` holds one entry per
-stage and check (correctness, performance, findings), each with `score`, `max_score`, `name`, `output` and
-`visibility`; the top-level `score` is the student's total and overrides the sum of the tests (a stage's
-points never drop below zero, while its findings entry may be negative). The `leaderboard` list carries
-the total, the best bandwidth and each verified stage's time (`order: "asc"`: lower is better).
+stage and check (correctness, performance, findings: races, bounds and an absent technique), each with `score`,
+`max_score`, `name`, `output` and `visibility`; the top-level `score` is the student's total and overrides the
+sum of the tests (a stage's points never drop below zero, while its findings entry may be negative). The
+`leaderboard` list carries the total, the best bandwidth and each verified stage's time (`order: "asc"`: lower
+is better).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from autograder import technique
 from autograder.publish.feedback import file_stems
 from autograder.publish.figures import StageFigures, all_figures, best_verified, case_value, fmt_number
 from autograder.publish.results import load_results, results_folder
@@ -75,9 +77,10 @@ def _stage_tests(figures: StageFigures, visibility: str) -> list[dict[str, Any]]
                 f"... and {len(failed) - FAILED_CASES_SHOWN} more failed cases (all of them are in the feedback page)."
             )
     findings = record.findings if record else ()
+    absent = technique.absent(record.technique) if record else ()
     findings_lines = [
         f.kind.replace("_", " ") + (f" at cell line {f.line}" if f.line else "") + f": {f.message}" for f in findings
-    ] or ["No race or bounds findings."]
+    ] + [f"Technique absent: {technique.describe(check)}" for check in absent] or ["No race or bounds findings."]
     fast = record is not None and record.performance.verdict is PerfVerdict.FAST_ENOUGH
     return [
         _test(
@@ -98,10 +101,10 @@ def _stage_tests(figures: StageFigures, visibility: str) -> list[dict[str, Any]]
         ),
         _test(
             f"{name}: findings",
-            0.0 - points.penalty if points else 0.0,
+            0.0 - points.penalty - points.technique if points else 0.0,
             0.0,
             "\n".join(findings_lines),
-            not findings,
+            not findings and not absent,
             visibility,
         ),
     ]

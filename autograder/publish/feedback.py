@@ -1,8 +1,9 @@
 """Feedback for each student: one readable page, in Markdown and in HTML, from their result file.
 
 The page says what each stage got and why: the stage table against the reference kernels, the sizes that
-failed with the hint, the compiler errors and the race and bounds findings with the cell line, the speedup
-chart, and the points line by line of the rubric. It leaves out the grading seed, which stays with the staff.
+failed with the hint (and the sizes drawn for this run), the compiler errors and the race and bounds findings
+with the cell line, the stage's technique measured against the reference kernels, the speedup chart, and the
+points line by line of the rubric. It leaves out the grading seed, which stays with the staff.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import __version__
+from autograder import __version__, technique
 from autograder.batch import file_stem
 from autograder.publish.figures import StageFigures, all_figures, case_value, fmt_number, speed_series
 from autograder.publish.plots import Chart, stage_speedups
 from autograder.publish.pseudonyms import SALT_FILE, pseudonym
 from autograder.publish.render import Table, render, write_text
 from autograder.publish.results import ResultsError, load_results, results_folder
-from autograder.records import PerfVerdict, Status, StudentResult
+from autograder.records import CaseResult, PerfVerdict, StageResult, Status, StudentResult
 from autograder.report import metric_notes
 
 
@@ -38,6 +39,9 @@ class StageSection:
     performance: str
     points: Sequence[str]
     measured: Sequence[str] = ()  # bank conflicts and divergence, from the CPU backend
+    technique: Sequence[str] = ()  # the stage's technique, measured against the reference kernels
+    technique_note: str | None = None  # why the measurement, not the speed, shows this stage's lesson
+    drawn: str = ""  # the sizes drawn from the run's seed, besides the fixed ones
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,8 @@ def _section(f: StageFigures) -> StageSection:
         if record.compiler else None
     failed = [c for c in record.cases if not c.passed]
     failed_cases = Table(["Case", "Size", "Expected", "Got", "Error"],
-                         [[c.label, " x ".join(str(n) for n in c.size), case_value(c.expected), case_value(c.got),
-                           c.error or ""] for c in failed],
+                         [[c.label, _size(c), case_value(c.expected), case_value(c.got), c.error or ""]
+                          for c in failed],
                          numeric=[False, True, True, True, False], name="failed-cases") if failed else None
     findings = Table(["Finding", "Cell line", "Where", "Message"],
                      [[x.kind.replace("_", " "), _line(x.line), ", ".join(filter(None, (x.kernel, x.thread))),
@@ -115,7 +119,25 @@ def _section(f: StageFigures) -> StageSection:
     lines = record.points.lines if record.points else ()
     return StageSection(heading, f.status.value.replace("_", " "), f.status is Status.CORRECT and not findings,
                         record.message, record.hint, compiler, failed_cases, findings, timings, performance, lines,
-                        metric_notes(record.metrics))
+                        metric_notes(record.metrics), [technique.describe(c) for c in record.technique],
+                        technique_note(record), ", ".join(dict.fromkeys(_size(c) for c in record.cases if c.seeded)))
+
+
+def _size(case: CaseResult) -> str:
+    return " x ".join(str(n) for n in case.size)
+
+
+def technique_note(record: StageResult) -> str | None:
+    """Why the technique measurement is what shows the lesson of this stage, where the speed cannot."""
+    if not record.technique:
+        return None
+    step = record.performance.reference_step
+    if technique.below_noise(record.performance):
+        return (f"On this GPU the reference kernel of this stage is only {step:.2f}x as fast as the previous "
+                "stage's, within the timing noise, so the speed check cannot see the technique: the measurement "
+                "below is what shows it.")
+    return ("Measured deterministically (no timing noise), against the reference kernels of this stage and of the "
+            "previous one.")
 
 
 def _line(line: int | None) -> str:

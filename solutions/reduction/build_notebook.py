@@ -8,6 +8,10 @@ The kernels in `kernels/<stage id>.cu` are the single source of truth: edit them
 
 `--release` runs `nbgrader generate_assignment reduction --force` at the repository root.
 
+It also writes `.github/classroom/autograding.json` beside the notebook: GitHub Classroom's tests, one per stage
+worth points, each running the autograder's pytest plugin on the student's notebook through `tests/conftest.py`.
+nbgrader releases both with the notebook.
+
 Points and the block size come from the rubric (autograder/rubric.toml, or the file AUTOGRADER_RUBRIC names),
 so rebuild after changing it.
 Cell ids are fixed, so the same inputs always give the same file.
@@ -16,6 +20,7 @@ Cell ids are fixed, so the same inputs always give the same file.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -24,6 +29,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from autograder.nbgrade import GRADED_CELL_PREFIX, graded_cell
 from autograder.notebook import NBGRADER_SCHEMA_VERSION, kernel_cell
 from autograder.selfcheck import environment_rubric
 from autograder.stages import MAX2D_BASELINE, MAX2D_BLOCK, STAGES, Stage
@@ -31,6 +37,8 @@ from autograder.stages import MAX2D_BASELINE, MAX2D_BLOCK, STAGES, Stage
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE / "kernels"
 NOTEBOOK = HERE / "reduction.ipynb"
+CLASSROOM = HERE / ".github" / "classroom" / "autograding.json"
+CLASSROOM_TIMEOUT_MINUTES = 10  # per test: each grades the whole notebook, which takes about a minute on a CPU
 
 # Cell grade_ids besides the stage ids (which the kernel cells carry).
 SETUP_ID = "setup"
@@ -42,7 +50,7 @@ def check_id(stage_id: str) -> str:
 
 
 def graded_id(stage_id: str) -> str:
-    return f"points_{stage_id}"
+    return f"{GRADED_CELL_PREFIX}{stage_id}"
 
 
 def variable(stage_id: str) -> str:
@@ -324,13 +332,13 @@ BASELINE_COMMENT = "# Read-only: the baseline kernel that the speedup of stage 7
 
 CHECK_COMMENT = "# Self-check: compiles, checks and times the kernel above exactly as the grader does."
 
-GRADED_CELL = """\
-# Graded cell, hidden: when your hand-in is graded it grades the kernel cell above (the same code as the
-# self-check) and shows the stage's points.
-### BEGIN HIDDEN TESTS
-from autograder.selfcheck import award
-award("{stage_id}")
-### END HIDDEN TESTS"""
+GRADED_COMMENT = """\
+# Graded cell, hidden: when your hand-in is graded it grades the kernel cell above, in a separate process that
+# reads the notebook file with the grader's own code (the self-check's), and shows the stage's points."""
+
+
+def graded_source(stage_id: str) -> str:
+    return f"{GRADED_COMMENT}\n### BEGIN HIDDEN TESTS\n{graded_cell(stage_id)}\n### END HIDDEN TESTS"
 
 
 def _nbgrader(
@@ -397,7 +405,7 @@ def _stage_cells(stage: Stage) -> list[NotebookNode]:
     available = rubric.stages[stage.id]
     points = available.correctness + available.performance
     if points > 0:  # a stage worth nothing (the open stage, by default) gets no graded cell
-        graded = GRADED_CELL.format(stage_id=stage.id)
+        graded = graded_source(stage.id)
         metadata = _nbgrader(graded_id(stage.id), grade=True, locked=True, points=points)
         cells.append(_code(f"{stage.id}-points", graded, metadata))
     return cells
@@ -429,19 +437,49 @@ def render(notebook: NotebookNode) -> str:
     return nbformat.writes(notebook) + "\n"
 
 
+def classroom_tests() -> dict:
+    """GitHub Classroom's autograding.json: one test per stage worth points, passed when all the stage's checks pass."""
+    rubric = environment_rubric()
+    tests = []
+    for stage in STAGES:
+        available = rubric.stages[stage.id]
+        points = available.correctness + available.performance
+        if points > 0:
+            tests.append({
+                "name": f"{stage.number}. {stage.title} ({stage.id})",
+                "setup": "",
+                "run": f"python -m pytest -k {stage.id}",
+                "input": "",
+                "output": "",
+                "comparison": "included",
+                "timeout": CLASSROOM_TIMEOUT_MINUTES,
+                "points": int(points) if points == int(points) else points,
+            })
+    return {"tests": tests}
+
+
+def render_classroom() -> str:
+    return json.dumps(classroom_tests(), indent=2) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if reduction.ipynb differs from a fresh build")
     parser.add_argument("--release", action="store_true", help="then regenerate assignments/ with nbgrader")
     args = parser.parse_args(argv)
     text = render(build())
+    classroom = render_classroom()
     if args.check:
-        if not NOTEBOOK.exists() or NOTEBOOK.read_text() != text:
-            print(f"{NOTEBOOK} is stale: run {Path(__file__).name} to rebuild it", file=sys.stderr)
-            return 1
+        for path, fresh in ((NOTEBOOK, text), (CLASSROOM, classroom)):
+            if not path.exists() or path.read_text() != fresh:
+                print(f"{path} is stale: run {Path(__file__).name} to rebuild it", file=sys.stderr)
+                return 1
         return 0
     NOTEBOOK.write_text(text)
     print(f"wrote {NOTEBOOK}")
+    CLASSROOM.parent.mkdir(parents=True, exist_ok=True)
+    CLASSROOM.write_text(classroom)
+    print(f"wrote {CLASSROOM}")
     return release() if args.release else 0
 
 

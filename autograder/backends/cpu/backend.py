@@ -13,6 +13,8 @@ import ctypes
 import itertools
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,20 +23,26 @@ from pathlib import Path
 import numpy as np
 
 from autograder.backends.base import Backend, Buffer, Kernel
-from autograder.backends.cpu.compiler import Toolchain, addr2line, compile_kernel, prepare_toolchain
-from autograder.errors import KernelFault
+from autograder.backends.cpu.compiler import Toolchain, build_shared_objects, prepare_toolchain
+from autograder.build import Build
+from autograder.errors import CompileError, KernelFault
 from autograder.records import FINDING_KINDS, DeviceInfo, Finding, KernelMetrics, KernelSource, LineMetric
-from autograder.stages import Stage
+from autograder.sandbox import Sandbox
+from autograder.stages import Stage, get_stage
 
 SCHEDULES = ("run_until_blocked", "lockstep", "reversed", "random")
-# The runtime's finding codes are the first seven FINDING_KINDS, in order.
-RUNTIME_KINDS = FINDING_KINDS[:7]
+# The runtime's finding codes (ag_runtime.cpp's Kind), in order.
+RUNTIME_KINDS = (*FINDING_KINDS[:7], "barrier_divergence")
 # Launches with more threads than this check only their first and last SAMPLE_BLOCKS blocks; the blocks
 # between run the plain build. Every race and bounds error of the reference-style kernels shows in those.
 FULL_CHECK_THREADS = 1 << 20
 SAMPLE_BLOCKS = 64
 METRICS_BLOCKS = 4  # blocks per launch that feed the bank-conflict and divergence metrics
 
+
+# The runtime's per-kernel counts (ag_counts), in its order: KernelMetrics fields.
+_COUNTS = ("blocks", "barriers", "diverged_steps", "shuffles", "final_shared_requests", "global_load_requests",
+           "global_load_sectors", "global_load_words")
 
 # Kernel ids are unique in the process, because every backend with the same fibers shares one runtime.
 _KERNEL_IDS = itertools.count(1)
@@ -82,18 +90,27 @@ class _CompiledKernel:
     id: int
     name: str
     source: KernelSource
-    checked_library: Path
     checked: ctypes.CDLL
     fast: ctypes.CDLL
     parameter_names: tuple[str, ...]
     dynamic_shared_names: tuple[str, ...]
     device_variables: bool
-    lines: dict[int, int | None] = field(default_factory=dict)  # code offset -> kernel-source line
+    lines: dict[int, int] = field(default_factory=dict)  # call-site offset -> kernel-source line
 
     def source_lines(self, offsets: list[int]) -> dict[int, int | None]:
-        missing = [offset for offset in set(offsets) if offset not in self.lines]
-        self.lines.update(addr2line(self.checked_library, missing))
-        return {offset: self.lines[offset] for offset in offsets}
+        return {offset: self.lines.get(offset) for offset in offsets}
+
+
+def _bind_kernel(library: ctypes.CDLL, stage: Stage, binary: bytes) -> None:
+    """Point the library's launcher at the kernel, found by the names a GPU finds it by, or refuse it alike."""
+    for symbol in stage.symbols:
+        try:
+            address = ctypes.cast(library[symbol], ctypes.c_void_p).value
+        except AttributeError:
+            continue
+        ctypes.c_void_p.in_dll(library, "__ag_kernel").value = address
+        return
+    raise CompileError(stage.missing_kernel_message(binary), (), "")
 
 
 class CpuBackend(Backend):
@@ -107,6 +124,8 @@ class CpuBackend(Backend):
     fibers: "auto" (Boost.Context where it is installed, else ucontext), "boost.context" or "ucontext";
         the environment variable AUTOGRADER_CPU_FIBERS sets the default.
     cache_dir: where builds are cached (default `$XDG_CACHE_HOME/autograder/cpu`).
+    sandbox: run g++ inside the sandbox (autograder.sandbox) when this backend compiles for itself.
+    compiler: the C++ compiler (default `$CXX`, else g++); a sandboxed worker is told the grader's.
     """
 
     name = "cpu"
@@ -118,13 +137,15 @@ class CpuBackend(Backend):
         checks: bool = True,
         fibers: str | None = None,
         cache_dir: str | Path | None = None,
+        sandbox: bool = True,
+        compiler: str | None = None,
     ) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {schedule!r}")
         self.schedule = schedule
         self.checks = checks
         fibers = fibers or os.environ.get("AUTOGRADER_CPU_FIBERS", "auto")
-        self.toolchain: Toolchain = prepare_toolchain(fibers, Path(cache_dir) if cache_dir else None)
+        self.toolchain: Toolchain = prepare_toolchain(fibers, Path(cache_dir) if cache_dir else None, compiler)
         # RTLD_GLOBAL is not needed: each kernel library names the runtime as a dependency.
         self._runtime = ctypes.CDLL(str(self.toolchain.runtime))
         self._declare_runtime()
@@ -134,6 +155,9 @@ class CpuBackend(Backend):
         self._kernels: dict[int, _CompiledKernel] = {}
         self._findings: dict[tuple[str, int | None, str | None], Finding] = {}
         self._views: dict[int, np.ndarray] = {}
+        self.sandbox = Sandbox(sandbox)
+        # Loaded kernels are written here (a worker's private /tmp when sandboxed), never into the cache.
+        self._folder = tempfile.mkdtemp(prefix="autograder-cpu-")
 
     @property
     def fibers(self) -> str:
@@ -153,6 +177,7 @@ class CpuBackend(Backend):
         rt.ag_metrics.argtypes = [ctypes.c_int, ctypes.POINTER(_Metric), ctypes.c_int]
         counter = ctypes.POINTER(ctypes.c_ulonglong)
         rt.ag_divergence.argtypes = [ctypes.c_int, counter, counter]
+        rt.ag_counts.argtypes = [ctypes.c_int, counter]
 
     def device(self) -> DeviceInfo:
         return DeviceInfo(
@@ -164,21 +189,32 @@ class CpuBackend(Backend):
     # -- compiling ------------------------------------------------------------------------------------------
 
     def compile(self, source: KernelSource, stage: Stage) -> Kernel:
-        build = compile_kernel(self.toolchain, source, stage)
+        return self.load(build_shared_objects(self.toolchain, stage, source, self.sandbox))
+
+    def load(self, build: Build) -> Kernel:
+        stage = get_stage(build.stage_id)
+        folder = Path(tempfile.mkdtemp(prefix="kernel-", dir=self._folder))
+        libraries = {}
+        for name in ("checked.so", "fast.so"):
+            path = folder / name
+            path.write_bytes(build.file(name))
+            libraries[name] = ctypes.CDLL(str(path))
+            _bind_kernel(libraries[name], stage, build.file(name))
         kernel_id = next(_KERNEL_IDS)
+        details = build.details
         compiled = _CompiledKernel(
             id=kernel_id,
             name=stage.kernel_name,
-            source=source,
-            checked_library=build.checked,
-            checked=ctypes.CDLL(str(build.checked)),
-            fast=ctypes.CDLL(str(build.fast)),
-            parameter_names=build.parameter_names,
-            dynamic_shared_names=build.dynamic_shared_names,
-            device_variables=build.device_variables,
+            source=build.source,
+            checked=libraries["checked.so"],
+            fast=libraries["fast.so"],
+            parameter_names=tuple(details["parameter_names"]),
+            dynamic_shared_names=tuple(details["dynamic_shared_names"]),
+            device_variables=bool(details["device_variables"]),
+            lines=dict(details["lines"]),
         )
         self._kernels[kernel_id] = compiled
-        return Kernel(stage=stage, source=source, handle=compiled, warnings=build.warnings)
+        return Kernel(stage=stage, source=build.source, handle=compiled, warnings=build.warnings)
 
     # -- memory ---------------------------------------------------------------------------------------------
 
@@ -337,9 +373,16 @@ class CpuBackend(Backend):
         self._runtime.ag_divergence(compiled.id, ctypes.byref(steps), ctypes.byref(diverged))
         if not line_metrics and not steps.value:
             return None
-        return KernelMetrics(lines=line_metrics, divergence=diverged.value / steps.value if steps.value else 0.0)
+        counts = (ctypes.c_ulonglong * len(_COUNTS))()
+        self._runtime.ag_counts(compiled.id, counts)
+        return KernelMetrics(
+            lines=line_metrics,
+            divergence=diverged.value / steps.value if steps.value else 0.0,
+            **dict(zip(_COUNTS, counts, strict=True)),
+        )
 
     def close(self) -> None:
         for address in list(self._views):
             self._runtime.ag_free(address)
         self._views.clear()
+        shutil.rmtree(self._folder, ignore_errors=True)

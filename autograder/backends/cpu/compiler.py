@@ -13,17 +13,21 @@ prelude (a wrong argument to a shuffle, say) is put on the student's line that g
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.backends.cpu.rewrite import declares_device_variables, rewrite_shared
+from autograder.backends.cpu.rewrite import declares_device_variables, rewrite_source
+from autograder.build import Build
 from autograder.errors import BackendUnavailable, CompileError
 from autograder.records import CompilerMessage, KernelSource
+from autograder.sandbox import Sandbox
 from autograder.stages import Shape, Stage
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
@@ -69,6 +73,7 @@ class KernelBuild:
     dynamic_shared_names: tuple[str, ...]
     parameter_names: tuple[str, ...]
     device_variables: bool  # the source has __device__ variables: never mix the two builds in one launch
+    lines: dict[int, int]  # call-site offset in the instrumented build -> kernel-source line
 
 
 def cache_directory() -> Path:
@@ -78,9 +83,9 @@ def cache_directory() -> Path:
     return base / "autograder" / "cpu"
 
 
-def find_compiler() -> tuple[str, str]:
-    """The C++ compiler (`$CXX` or g++) and its version, or BackendUnavailable."""
-    compiler = shutil.which(os.environ.get("CXX", "g++"))
+def find_compiler(named: str | None = None) -> tuple[str, str]:
+    """The C++ compiler (`named`, else `$CXX` or g++) and its version, or BackendUnavailable."""
+    compiler = shutil.which(named or os.environ.get("CXX", "g++"))
     if compiler is None:
         raise BackendUnavailable(
             "the CPU backend needs g++ to compile kernels, and none was found: install it "
@@ -107,11 +112,11 @@ def _publish(temporary: Path, final: Path) -> None:
     os.replace(temporary, final)
 
 
-def prepare_toolchain(fibers: str = "auto", cache: Path | None = None) -> Toolchain:
+def prepare_toolchain(fibers: str = "auto", cache: Path | None = None, compiler: str | None = None) -> Toolchain:
     """Find g++ and build (or find in the cache) the runtime with the fiber kind asked for."""
     if fibers not in FIBER_KINDS:
         raise ValueError(f"fibers must be one of {', '.join(FIBER_KINDS)}, not {fibers!r}")
-    compiler, version = find_compiler()
+    compiler, version = find_compiler(compiler)
     cache = cache or cache_directory()
     cache.mkdir(parents=True, exist_ok=True)
     kinds = ["boost.context", "ucontext"] if fibers == "auto" else [fibers]
@@ -122,7 +127,8 @@ def prepare_toolchain(fibers: str = "auto", cache: Path | None = None) -> Toolch
         flags.append("-DAG_REQUIRE_BOOST" if kind == "boost.context" else "-DAG_UCONTEXT")
         key = _digest(compiler, version, kind, _runtime_sources(), " ".join(flags))
         runtime = cache / f"libagrt-{key}.so"
-        if not runtime.exists():
+        manifest = cache / f"libagrt-{key}.json"
+        if _read_manifest(manifest, {"runtime": runtime}) is None:
             with tempfile.NamedTemporaryFile(dir=cache, suffix=".so", delete=False) as handle:
                 temporary = Path(handle.name)
             command = [compiler, *flags, "-o", str(temporary), str(RUNTIME_DIR / "ag_runtime.cpp"), *libraries]
@@ -132,6 +138,7 @@ def prepare_toolchain(fibers: str = "auto", cache: Path | None = None) -> Toolch
                 failures.append(f"{kind}: {result.stderr.strip()[-500:]}")
                 continue
             _publish(temporary, runtime)
+            _write_manifest(manifest, {"runtime": runtime}, result.stderr, {})
         return Toolchain(compiler, version, kind, runtime, cache, key)
     raise BackendUnavailable("could not build the CPU backend's runtime: " + " | ".join(failures))
 
@@ -150,68 +157,199 @@ def parameter_names(source: str, kernel_name: str, count: int) -> tuple[str, ...
 
 
 def entry_code(stage: Stage, line: int) -> str:
-    """The extern "C" launcher the runtime calls in every fiber: it unpacks the argument array."""
+    """The extern "C" launcher the runtime calls in every fiber: it unpacks the argument array and calls the
+    kernel through `__ag_kernel`, which the loader points at the symbol a GPU finds it by (Stage.symbols), so
+    a kernel with other parameter types is refused as on a GPU."""
     integers = 1 if stage.shape is Shape.SUM_1D else 2
-    arguments = ["(float *)*(void **)a[0]", "(float *)*(void **)a[1]"]
-    arguments += [f"*(unsigned int *)a[{2 + i}]" for i in range(integers)]
+    parameters = ", ".join(["const float *", "float *", *["unsigned int"] * integers])
+    arguments = ["*(const float **)a[0]", "*(float **)a[1]", *(f"*(unsigned int *)a[{2 + i}]" for i in range(integers))]
     return (
         f'\n#line {line} "ag_entry.cu"\n'
-        f'extern "C" void __ag_entry(void **a) {{ {stage.kernel_name}({", ".join(arguments)}); }}\n'
+        f'extern "C" {{ void (*__ag_kernel)({parameters}); }}\n'
+        f'extern "C" void __ag_entry(void **a) {{ __ag_kernel({", ".join(arguments)}); }}\n'
     )
 
 
 ENTRY_LINE = 1_000_000  # entry code lines: far past any student source
 
 
-def compile_kernel(toolchain: Toolchain, source: KernelSource, stage: Stage) -> KernelBuild:
-    """Both builds of `source` for `stage`, from the cache when they are there. Raises CompileError."""
-    rewritten = rewrite_shared(source.text)
+def compile_kernel(toolchain: Toolchain, source: KernelSource, stage: Stage, sandbox: Sandbox) -> KernelBuild:
+    """Both builds of `source` for `stage`, from the cache when they are there. Raises CompileError.
+
+    g++ runs inside the sandbox and writes only a temporary build folder; the grader then moves what it built
+    into the cache and records each file's SHA-256, which is checked whenever the cache is read.
+    """
+    rewritten = rewrite_source(
+        source.text, lambda text: _preprocess(toolchain, sandbox, text, source, stage), SOURCE_NAME
+    )
     text = rewritten.text + entry_code(stage, ENTRY_LINE)
-    include_flags = ("-include", str(RUNTIME_DIR / "ag_prelude.h"), "-I", str(RUNTIME_DIR))
+    include_flags = () if rewritten.preprocessed else PRELUDE_FLAGS  # preprocessed text holds the prelude
     key = _digest(toolchain.key, text, " ".join(COMMON_FLAGS + CHECK_FLAGS))
     checked = toolchain.cache / f"k-{key}-checked.so"
     fast = toolchain.cache / f"k-{key}-fast.so"
-    warnings_file = toolchain.cache / f"k-{key}.warnings"
+    manifest = toolchain.cache / f"k-{key}.json"
     names = parameter_names(source.text, stage.kernel_name, 3 if stage.shape is Shape.SUM_1D else 4)
     device_variables = declares_device_variables(source.text)
-    if checked.exists() and fast.exists():
-        log = warnings_file.read_text() if warnings_file.exists() else ""
+
+    def finish(log: str, lines: dict[int, int]) -> KernelBuild:
         warnings = tuple(m for m in parse_diagnostics(log, source) if m.severity == "warning")
-        return KernelBuild(checked, fast, warnings, rewritten.dynamic_names, names, device_variables)
+        return KernelBuild(checked, fast, warnings, rewritten.dynamic_names, names, device_variables, lines)
+
+    cached = _read_manifest(manifest, {"checked": checked, "fast": fast})
+    if cached is not None:
+        return finish(cached["log"], {int(pc): line for pc, line in cached["lines"].items()})
 
     link = ["-L", str(toolchain.runtime.parent), f"-l:{toolchain.runtime.name}",
             f"-Wl,-rpath,{toolchain.runtime.parent}", "-Wl,-z,defs", "-lm"]
+    readable = (RUNTIME_DIR, toolchain.runtime)
     with tempfile.TemporaryDirectory(dir=toolchain.cache, prefix="build-") as directory:
         build = Path(directory)
-        source_path = build / SOURCE_NAME
-        source_path.write_text(text)
+        (build / SOURCE_NAME).write_text(text)
         base = [toolchain.compiler, *COMMON_FLAGS, *include_flags]
+
+        def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+            return sandbox.run_tool(argv, build, COMPILE_SECONDS, readable=readable)
+
         # The two builds run side by side: the instrumented one compiles to an object first, because linking
         # with -fsanitize=thread would pull in the real ThreadSanitizer library.
-        compile_checked = subprocess.Popen(
-            [*base, *CHECK_FLAGS, "-c", "-x", "c++", SOURCE_NAME, "-o", "checked.o"],
-            cwd=build, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        compile_fast = subprocess.Popen(
-            [*base, "-shared", "-x", "c++", SOURCE_NAME, "-x", "none", *link, "-o", "fast.so"],
-            cwd=build, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        _, checked_log = compile_checked.communicate()
-        _, fast_log = compile_fast.communicate()
-        if compile_checked.returncode != 0 or compile_fast.returncode != 0:
-            log = checked_log if compile_checked.returncode != 0 else fast_log
+        with ThreadPoolExecutor(2) as pool:
+            checked_run = pool.submit(run, [*base, *CHECK_FLAGS, "-c", "-x", "c++", SOURCE_NAME, "-o", "checked.o"])
+            fast_argv = [*base, "-shared", "-x", "c++", SOURCE_NAME, "-x", "none", *link, "-o", "fast.so"]
+            fast_run = pool.submit(run, fast_argv)
+            compiled_checked, compiled_fast = checked_run.result(), fast_run.result()
+        if compiled_checked.returncode != 0 or compiled_fast.returncode != 0:
+            log = compiled_checked.stderr if compiled_checked.returncode != 0 else compiled_fast.stderr
             raise _compile_error(log, source, stage)
-        linked = subprocess.run(
-            [toolchain.compiler, "-shared", "checked.o", *link, "-o", "checked.so"],
-            cwd=build, capture_output=True, text=True,
-        )
+        linked = run([toolchain.compiler, "-shared", "checked.o", *link, "-o", "checked.so"])
         if linked.returncode != 0:
             raise _compile_error(linked.stderr, source, stage)
-        warnings_file.write_text(checked_log)
+        _refuse_forbidden_imports(run(["nm", "-D", "--undefined-only", "checked.so", "fast.so"]).stdout)
+        lines = _line_table(build / "checked.so", run)
         _publish(build / "fast.so", fast)
         _publish(build / "checked.so", checked)
-    warnings = tuple(m for m in parse_diagnostics(checked_log, source) if m.severity == "warning")
-    return KernelBuild(checked, fast, warnings, rewritten.dynamic_names, names, device_variables)
+        _write_manifest(manifest, {"checked": checked, "fast": fast}, compiled_checked.stderr, lines)
+    return finish(compiled_checked.stderr, lines)
+
+
+COMPILE_SECONDS = 60.0
+PRELUDE_FLAGS = ("-include", str(RUNTIME_DIR / "ag_prelude.h"), "-I", str(RUNTIME_DIR))
+
+
+def _preprocess(toolchain: Toolchain, sandbox: Sandbox, text: str, source: KernelSource, stage: Stage) -> str:
+    """`g++ -E` of `text` with the prelude, keeping `__shared__` for the rewrite (rewrite.rewrite_source)."""
+    with tempfile.TemporaryDirectory(dir=toolchain.cache, prefix="cpp-") as directory:
+        folder = Path(directory)
+        (folder / SOURCE_NAME).write_text(text)
+        argv = [toolchain.compiler, *COMMON_FLAGS, "-E", "-DAG_PREPROCESSING", *PRELUDE_FLAGS, "-x", "c++", SOURCE_NAME]
+        result = sandbox.run_tool(argv, folder, COMPILE_SECONDS, readable=(RUNTIME_DIR,))
+    if result.returncode != 0:
+        raise _compile_error(result.stderr, source, stage)
+    return result.stdout
+# Functions a kernel library may not import: the grader's runtime API (only its hooks are for kernel code),
+# and what could start programs, load code or reach out. The source policy refuses their names; this check
+# sees what the linker saw, whatever macros built the names. The sandbox and seccomp stop them regardless.
+FORBIDDEN_IMPORT = re.compile(
+    r"^(ag_\w+|system|popen|exec\w*|posix_spawn\w*|fork|vfork|clone\w*|dlopen|dlmopen|dlsym|dlvsym|syscall|"
+    r"socket|connect|ptrace|kill|raise|mprotect|pthread_create)$"
+)
+
+
+def _refuse_forbidden_imports(nm_output: str) -> None:
+    names = {line.split()[-1].split("@")[0] for line in nm_output.splitlines() if line.strip().startswith("U ")}
+    forbidden = sorted(name for name in names if FORBIDDEN_IMPORT.match(name))
+    if forbidden:
+        summary = (
+            f"the kernel calls `{forbidden[0]}`, which kernel code may not use: a kernel computes its result from "
+            "its input, and calls no host library or grader function"
+        )
+        raise CompileError(summary, (CompilerMessage("error", None, summary),), "")
+
+
+def build_shared_objects(toolchain: Toolchain, stage: Stage, source: KernelSource, sandbox: Sandbox) -> Build:
+    """`compile_kernel` as a Build a worker can load: the two libraries' bytes and what the loader needs."""
+    built = compile_kernel(toolchain, source, stage, sandbox)
+    return Build(
+        backend="cpu",
+        stage_id=stage.id,
+        source=source,
+        warnings=built.warnings,
+        files=(("checked.so", built.checked.read_bytes()), ("fast.so", built.fast.read_bytes())),
+        details={
+            "dynamic_shared_names": built.dynamic_shared_names,
+            "parameter_names": built.parameter_names,
+            "device_variables": built.device_variables,
+            "lines": built.lines,
+        },
+    )
+_INSTRUCTION = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)")
+
+
+def _line_table(library: Path, run) -> dict[int, int]:
+    """Kernel-source lines of the runtime hooks' call sites in the instrumented build.
+
+    The runtime names a call site by its return address less one, relative to the library (see pc_offset in
+    ag_runtime.cpp). Reading the table here, in the compile sandbox, spares the worker from starting tools.
+    """
+    disassembly = run(["objdump", "-d", "--no-show-raw-insn", library.name])
+    if disassembly.returncode != 0:
+        return {}
+    addresses: list[tuple[int, str]] = []
+    for raw in disassembly.stdout.splitlines():
+        match = _INSTRUCTION.match(raw)
+        if match:
+            addresses.append((int(match[1], 16), match[2]))
+    pairs = zip(addresses, addresses[1:], strict=False)
+    sites = [following - 1 for (_, op), (following, _) in pairs if op.startswith("call")]
+    return {site: line for site, line in _addr2line(library, sites, run).items() if line is not None}
+
+
+def _addr2line(library: Path, offsets: list[int], run) -> dict[int, int | None]:
+    """Kernel-source lines of code offsets in `library`, innermost student frame first (inlining included)."""
+    if not offsets:
+        return {}
+    result = run(["addr2line", "-e", library.name, "-i", "-a", *(hex(offset) for offset in offsets)])
+    lines: dict[int, int | None] = {}
+    current: int | None = None
+    for raw in result.stdout.splitlines():
+        if raw.startswith("0x"):
+            current = int(raw, 16)
+            lines[current] = None
+            continue
+        if current is None or lines[current] is not None:
+            continue
+        location = raw.split(" (discriminator")[0]
+        file, _, number = location.rpartition(":")
+        if Path(file).name == SOURCE_NAME and number.isdigit():
+            lines[current] = int(number)
+    return {offset: lines.get(offset) for offset in offsets}
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_manifest(manifest: Path, files: dict[str, Path], log: str, lines: dict[int, int]) -> None:
+    """Record what was built, with each file's hash; written last, so a manifest means a complete build."""
+    data = {
+        "files": {name: sha256_of(path) for name, path in files.items()},
+        "log": log,
+        "lines": {str(pc): line for pc, line in lines.items()},
+    }
+    handle, temporary = tempfile.mkstemp(dir=manifest.parent, suffix=".tmp")
+    with os.fdopen(handle, "w") as out:
+        json.dump(data, out)
+    _publish(Path(temporary), manifest)
+
+
+def _read_manifest(manifest: Path, files: dict[str, Path]) -> dict | None:
+    """A cached build's manifest, if every file it names is there with the hash recorded when it was built."""
+    try:
+        data = json.loads(manifest.read_text())
+        if all(sha256_of(path) == data["files"][name] for name, path in files.items()):
+            return data
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
 
 
 _LOCATION = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?P<rest>.*)$")
@@ -286,28 +424,3 @@ def _compile_error(log: str, source: KernelSource, stage: Stage) -> CompileError
     else:
         summary = "the kernel did not compile"
     return CompileError(summary, messages, log)
-
-
-def addr2line(library: Path, offsets: list[int]) -> dict[int, int | None]:
-    """Kernel-source lines of code offsets in `library`, innermost student frame first (inlining included)."""
-    tool = shutil.which("addr2line")
-    if tool is None or not offsets:
-        return {offset: None for offset in offsets}
-    result = subprocess.run(
-        [tool, "-e", str(library), "-i", "-a", *(hex(offset) for offset in offsets)],
-        capture_output=True, text=True,
-    )
-    lines: dict[int, int | None] = {}
-    current: int | None = None
-    for raw in result.stdout.splitlines():
-        if raw.startswith("0x"):
-            current = int(raw, 16)
-            lines[current] = None
-            continue
-        if current is None or lines[current] is not None:
-            continue
-        location = raw.split(" (discriminator")[0]
-        file, _, number = location.rpartition(":")
-        if Path(file).name == SOURCE_NAME and number.isdigit():
-            lines[current] = int(number)
-    return {offset: lines.get(offset) for offset in offsets}

@@ -6,11 +6,16 @@
 
 The rewrite works on tokens outside comments and strings; a declaration it cannot take apart is left to the
 prelude's fallback (`#define __shared__ static`), which runs correctly but unchecked.
+
+A declaration written through a macro (`#define SMEM extern __shared__ float`) shows only after preprocessing:
+such a source is run through `g++ -E` first (`rewrite_source`), and the rewrite applies to the lines that came
+from the student's file, whose `# line` markers keep every message on the student's line.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
@@ -26,6 +31,7 @@ _DROPPED = re.compile(
 class Rewritten:
     text: str
     dynamic_names: tuple[str, ...]  # the names of extern __shared__ arrays, for messages
+    preprocessed: bool = False  # `text` is g++ -E output with the prelude in it: compile it without -include
 
 
 def blank_comments_and_strings(source: str) -> str:
@@ -75,6 +81,60 @@ def rewrite_shared(source: str) -> Rewritten:
         position = end + 1
     pieces.append(source[position:])
     return Rewritten("".join(pieces), tuple(dynamic))
+
+
+def rewrite_source(source: str, preprocess: Callable[[str], str], file_name: str) -> Rewritten:
+    """`source` rewritten for g++. `preprocess` runs `g++ -E` (with the prelude and AG_PREPROCESSING defined)
+    on a file `file_name` holding its argument and returns the output; it is called only when a macro of
+    `source` mentions `__shared__`."""
+    if not _macro_mentions_shared(source):
+        return rewrite_shared(source)
+    return rewrite_preprocessed(preprocess(source), file_name)
+
+
+def rewrite_preprocessed(preprocessed: str, file_name: str) -> Rewritten:
+    """`rewrite_shared` over the runs of `g++ -E` output that come from `file_name`; the headers' lines are
+    kept as they are. A `__shared__` the rewrite cannot take apart becomes `static`, as the prelude's fallback
+    would have made it."""
+    pieces: list[str] = []
+    dynamic: list[str] = []
+    for from_source, text in _runs_by_file(preprocessed, file_name):
+        if from_source:
+            rewritten = rewrite_shared(text)
+            dynamic += rewritten.dynamic_names
+            text = _shared_as_static(rewritten.text)
+        pieces.append(text)
+    return Rewritten("".join(pieces), tuple(dynamic), preprocessed=True)
+
+
+_MARKER = re.compile(r'# \d+ "((?:[^"\\]|\\.)*)"')
+
+
+def _runs_by_file(preprocessed: str, file_name: str) -> list[tuple[bool, str]]:
+    """The output split into runs of lines, each marked whether it comes from `file_name`."""
+    runs: list[tuple[bool, list[str]]] = []
+    current = False
+    for line in preprocessed.splitlines(keepends=True):
+        marker = _MARKER.match(line)
+        if marker:
+            current = marker[1] == file_name
+        if not runs or runs[-1][0] != current:
+            runs.append((current, []))
+        runs[-1][1].append(line)
+    return [(from_source, "".join(lines)) for from_source, lines in runs]
+
+
+def _shared_as_static(text: str) -> str:
+    code = blank_comments_and_strings(text)
+    starts = [m.start() for m in re.finditer(r"\b__shared__\b", code)]
+    for start in reversed(starts):
+        text = text[:start] + "static" + text[start + len("__shared__") :]
+    return text
+
+
+def _macro_mentions_shared(source: str) -> bool:
+    code = blank_comments_and_strings(source).replace("\\\n", " ")
+    return re.search(r"^[ \t]*#[ \t]*define\b.*\b__shared__\b", code, re.MULTILINE) is not None
 
 
 def _in_directive(code: str, index: int) -> bool:

@@ -31,8 +31,11 @@
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 // The backend rewrites every __shared__ declaration into the runtime's shared arena; this is a fallback for
-// declarations it cannot see (inside a macro, say): they still work, unchecked.
+// declarations it cannot take apart: they still work, unchecked. A source whose macros declare shared memory is
+// preprocessed first (AG_PREPROCESSING), keeping __shared__ for the rewrite to see.
+#ifndef AG_PREPROCESSING
 #define __shared__ static
+#endif
 
 struct uint3 {
     unsigned int x, y, z;
@@ -178,6 +181,8 @@ static inline float __int_as_float(int x) { return __ag_from_bits<float>((unsign
 static inline int __float_as_int(float x) { return (int)__ag_bits(x); }
 static inline float __uint_as_float(unsigned int x) { return __ag_from_bits<float>(x); }
 static inline unsigned int __float_as_uint(float x) { return (unsigned int)__ag_bits(x); }
+static inline double __longlong_as_double(long long x) { return __ag_from_bits<double>((unsigned long long)x); }
+static inline long long __double_as_longlong(double x) { return (long long)__ag_bits(x); }
 static inline int __popc(unsigned int x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __ffs(int x) { return __builtin_ffs(x); }

@@ -42,16 +42,16 @@ namespace ag {
 constexpr int kMaxThreads = 1024;
 constexpr std::size_t kStackBytes = 64 * 1024;
 constexpr std::size_t kDynamicSharedMax = 228 * 1024;  // an sm_90's opt-in maximum
-// Every static __shared__ array of every kernel loaded into the process (a worker may grade a whole class);
-// address space only: pages are touched as they are used.
-constexpr std::size_t kStaticSharedMax = 32 * 1024 * 1024;
+// The static __shared__ arrays of one kernel library (a GPU allows 48 KiB); address space only.
+constexpr std::size_t kStaticSharedMax = 4 * 1024 * 1024;
 constexpr std::size_t kArenaBytes = kDynamicSharedMax + kStaticSharedMax;
 constexpr std::size_t kRedZoneBytes = 64 * 1024;  // around each global buffer: out-of-bounds but addressable
 constexpr std::size_t kMaxFindingsPerLaunch = 256;
 
 enum Schedule { RUN_UNTIL_BLOCKED, LOCKSTEP, REVERSED, RANDOM };
+// Finding codes: backend.py's RUNTIME_KINDS names them in this order.
 enum Kind { RACE_SYNCTHREADS, RACE_SYNCWARP, RACE_INTERBLOCK, OUT_OF_BOUNDS, UNINITIALISED_READ, DEADLOCK,
-            INACTIVE_LANE };
+            INACTIVE_LANE, BARRIER_DIVERGENCE };
 enum Wait : std::uint8_t { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
 // Warp collective codes, as in ag_prelude.h.
 enum { SYNCWARP, SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, REDUCE_ADD, REDUCE_MIN, REDUCE_MAX };
@@ -100,11 +100,13 @@ struct Access {
     std::uint32_t pc;
 };
 // The shadow of one 4-byte word. `gen` says which block (shared) or launch (global) it belongs to, so no
-// shadow ever needs clearing.
+// shadow ever needs clearing. Plain and atomic accesses are kept apart: an atomic never hides a plain access
+// that a later atomic of another block races with.
 struct Cell {
     std::uint32_t gen;
-    Access write;
-    Access read[2];
+    Access write;    // the last plain write
+    Access read[2];  // plain reads since that write
+    Access atomic;   // the last atomic read-modify-write
 };
 
 struct Buffer {
@@ -120,6 +122,13 @@ struct Buffer {
 struct StaticShared {
     std::size_t offset, size;
     const char *name;  // the variable's name, a string literal in the kernel library
+};
+// The static __shared__ arrays of one kernel library, laid out from the start of the arena's static part.
+// Every library has its own layout over the same addresses: one kernel runs at a time, and nothing that one
+// kernel allocates or leaves in shared memory reaches another.
+struct StaticLayout {
+    std::size_t used = 0;
+    std::vector<StaticShared> arrays;  // in increasing offset order
 };
 
 struct Thread {
@@ -145,6 +154,15 @@ struct MetricKey {
 struct SharedRecord {
     unsigned int pc, seq, warp, word;
 };
+struct GlobalRecord {
+    unsigned int pc, seq, warp;
+    std::uintptr_t word;  // the address / 4
+};
+// Counts over the measured blocks of one kernel, for autograder.technique (see ag_counts).
+struct Counts {
+    unsigned long long blocks, barriers, diverged, shuffles, final_shared_requests, global_requests, global_sectors,
+        global_words;
+};
 
 struct State {
     // configuration
@@ -156,8 +174,8 @@ struct State {
     // memory
     unsigned char *arena = nullptr;
     Cell *arena_cells = nullptr;
-    std::size_t static_used = 0;
-    std::vector<StaticShared> statics;
+    std::map<std::uintptr_t, StaticLayout> layouts;  // by the kernel library's load address
+    const StaticLayout *launch_layouts[2] = {};      // this launch's instrumented and plain builds'
     std::unordered_map<void *, Buffer *> buffers;
     Buffer *active[8];
     int nactive = 0;
@@ -180,6 +198,8 @@ struct State {
     Fiber fibers[kMaxThreads];
     int current = 0;
     std::uint32_t epoch = 0;
+    unsigned int exited_at_release = 0;  // threads of the block that had exited when its last barrier released
+    bool block_diverged = false;         // a barrier of this block was reached by only part of it
     std::vector<int> order;
     // results
     std::vector<AgFinding> findings;
@@ -187,6 +207,8 @@ struct State {
     std::map<MetricKey, std::pair<unsigned long long, unsigned long long>> metrics;
     std::map<int, std::pair<unsigned long long, unsigned long long>> divergence;
     std::vector<SharedRecord> records;
+    std::vector<GlobalRecord> global_records;
+    std::map<int, Counts> counts;
     std::unordered_map<std::uint64_t, unsigned int> sequence;
     std::string error;
 };
@@ -240,11 +262,34 @@ bool ensure_arena() {
     return true;
 }
 
-// The static array at or just before arena offset `offset` (they are allocated in increasing order).
+// Mapped as the runtime loads, before any kernel library (which depends on it) runs its initialisers: a
+// namespace-scope `extern __shared__` array takes the arena's address then, and it never changes.
+__attribute__((constructor)) void map_arena_at_load() { ensure_arena(); }
+
+// Shared memory starts every block holding NaN (0xff bytes), whatever ran before: a read of a word no thread
+// wrote spoils a sum, as stale data does on a GPU, and the same way whichever kernel ran earlier.
+constexpr int kSharedPoison = 0xff;
+
+std::uintptr_t library_base(const void *code) {
+    Dl_info info{};
+    return code && dladdr(code, &info) ? reinterpret_cast<std::uintptr_t>(info.dli_fbase) : 0;
+}
+
+// The static array of the instrumented build at or just before arena offset `offset`.
 const StaticShared *static_at(std::size_t offset) {
-    auto after = std::upper_bound(g.statics.begin(), g.statics.end(), offset,
+    if (!g.launch_layouts[0]) return nullptr;
+    const std::vector<StaticShared> &arrays = g.launch_layouts[0]->arrays;
+    auto after = std::upper_bound(arrays.begin(), arrays.end(), offset,
                                   [](std::size_t o, const StaticShared &s) { return o < s.offset; });
-    return after == g.statics.begin() ? nullptr : &*(after - 1);
+    return after == arrays.begin() ? nullptr : &*(after - 1);
+}
+
+void poison_shared_memory() {
+    std::memset(g.arena, kSharedPoison, g.launch.shared_bytes);
+    std::size_t used = 0;
+    for (const StaticLayout *layout : g.launch_layouts)
+        if (layout) used = std::max(used, layout->used);
+    std::memset(g.arena + kDynamicSharedMax, kSharedPoison, used);
 }
 
 // Where a word is, for messages: `name[index]` (index in 4-byte words). Only built when something is reported.
@@ -273,6 +318,7 @@ std::string place_text(const Place &place) {
 std::uint32_t my_thread_number() { return g.block_linear * g.nthreads + me().tid; }
 
 const char *verb(bool write) { return write ? "writes" : "reads"; }
+const char *verb(const Access &a, bool write) { return a.thread >> 31 ? "atomically updates" : verb(write); }
 
 void check_pair(const Access &prior, bool prior_write, const Access &now, bool now_write, const Place &place) {
     if (prior.thread == 0) return;
@@ -313,8 +359,8 @@ void check_pair(const Access &prior, bool prior_write, const Access &now, bool n
     std::snprintf(message, sizeof message,
                   "data race on %s: thread (%u,%u,0) %s it at {pc:%x} and %s %s it at {pc:%x} "
                   "with nothing ordering the two; %s",
-                  place_text(place).c_str(), t.idx.x, t.idx.y, verb(now_write), now.pc, other_text,
-                  verb(prior_write), prior.pc, advice);
+                  place_text(place).c_str(), t.idx.x, t.idx.y, verb(now, now_write), now.pc, other_text,
+                  verb(prior, prior_write), prior.pc, advice);
     report(kind, 0, now.pc, describe_thread(t), message);
 }
 
@@ -324,10 +370,10 @@ bool obsolete(const Access &a) {
 
 void check_cell(Cell &c, std::uint32_t gen, bool write, bool atomic, std::uint32_t pc, bool shared,
                 const Place &place) {
-    if (c.gen != gen) c = Cell{gen, {}, {{}, {}}};
+    if (c.gen != gen) c = Cell{gen, {}, {{}, {}}, {}};
     Thread &t = me();
     const Access now{(my_thread_number() + 1) | (atomic ? 0x80000000u : 0u), g.epoch, t.clock[t.lane], pc};
-    if (shared && (!write || atomic) && c.write.thread == 0) {
+    if (shared && (!write || atomic) && c.write.thread == 0 && c.atomic.thread == 0) {
         char message[400];
         std::snprintf(message, sizeof message,
                       "thread (%u,%u,0) reads %s at {pc:%x}, which no thread of this block has written: "
@@ -336,9 +382,16 @@ void check_cell(Cell &c, std::uint32_t gen, bool write, bool atomic, std::uint32
         report(UNINITIALISED_READ, 0, pc, describe_thread(t), message);
     }
     check_pair(c.write, true, now, write, place);
+    check_pair(c.atomic, true, now, write, place);
     if (write) {
         check_pair(c.read[0], false, now, true, place);
         check_pair(c.read[1], false, now, true, place);
+    }
+    if (atomic) {
+        c.atomic = now;
+        return;
+    }
+    if (write) {
         c.write = now;
         c.read[0] = c.read[1] = Access{};
         return;
@@ -359,6 +412,16 @@ void record_request(std::uint32_t pc, std::size_t offset) {
     const std::uint64_t key = (static_cast<std::uint64_t>(pc) << 16) | t.tid;
     const unsigned int seq = g.sequence[key]++;
     g.records.push_back({pc, seq, t.warp, static_cast<unsigned int>(offset / 4)});
+}
+
+// A load from global memory, for the coalescing count: every word it reads, as one lane's part of a request.
+void record_global_load(std::uint32_t pc, const char *address, std::size_t size) {
+    const Thread &t = me();
+    const std::uint64_t key = (static_cast<std::uint64_t>(pc) << 16) | t.tid;
+    const unsigned int seq = g.sequence[key]++;
+    const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(address) / 4;
+    for (std::uintptr_t word = first; word <= (reinterpret_cast<std::uintptr_t>(address) + size - 1) / 4; ++word)
+        g.global_records.push_back({pc, seq, t.warp, word});
 }
 
 void yield_for_schedule() {
@@ -415,6 +478,7 @@ void global_access(Buffer &b, char *address, std::size_t size, bool write, bool 
     Cell *cells = buffer_cells(b);
     if (!cells) return;
     if (write) me().last_global_write = ++g.sequence_number;
+    if (g.measuring && !write && !atomic) record_global_load(pc, address, size);
     for (long long word = first; word <= last; ++word)
         check_cell(cells[word], g.launch_gen, write, atomic, pc, false, Place{b.arg, static_cast<std::size_t>(word)});
 }
@@ -439,8 +503,10 @@ void on_access(void *address, std::size_t size, bool write, bool atomic, void *r
 // ---------------------------------------------------------------------------------------------------------
 // Metrics, gathered in the first few blocks of each launch.
 
-void close_window() {
+// `last`: the window after the block's last barrier.
+void close_window(bool last = false) {
     if (!g.measuring) return;
+    Counts &counts = g.counts[g.launch.kernel_id];
     // Shared-memory requests: the k-th access of each lane of a warp at one code address is one warp-wide
     // request; it needs as many transactions as the most distinct words that fall into one bank.
     std::sort(g.records.begin(), g.records.end(), [](const SharedRecord &a, const SharedRecord &b) {
@@ -462,9 +528,37 @@ void close_window() {
         auto &m = g.metrics[{g.launch.kernel_id, g.records[i].pc}];
         m.first += 1;
         m.second += *std::max_element(per_bank, per_bank + 32);
+        counts.final_shared_requests += last;
         i = j;
     }
     g.records.clear();
+    // Global loads: a warp request reads its distinct words from as many 32-byte sectors as they fall into.
+    // Only requests of at least 32 words count (a whole warp's floats): a partial warp says nothing of the
+    // access pattern.
+    std::sort(g.global_records.begin(), g.global_records.end(), [](const GlobalRecord &a, const GlobalRecord &b) {
+        if (a.pc != b.pc) return a.pc < b.pc;
+        if (a.warp != b.warp) return a.warp < b.warp;
+        if (a.seq != b.seq) return a.seq < b.seq;
+        return a.word < b.word;
+    });
+    for (std::size_t i = 0; i < g.global_records.size();) {
+        const GlobalRecord &first = g.global_records[i];
+        std::uintptr_t word = UINTPTR_MAX, sector = UINTPTR_MAX;
+        unsigned long long words = 0, sectors = 0;
+        for (; i < g.global_records.size() && g.global_records[i].pc == first.pc &&
+               g.global_records[i].warp == first.warp && g.global_records[i].seq == first.seq;
+             ++i) {
+            words += g.global_records[i].word != word;
+            sectors += g.global_records[i].word / 8 != sector;
+            word = g.global_records[i].word;
+            sector = word / 8;
+        }
+        if (words < 32) continue;
+        counts.global_requests++;
+        counts.global_words += words;
+        counts.global_sectors += sectors;
+    }
+    g.global_records.clear();
     g.sequence.clear();
     // Divergence: a warp-step diverged when the lanes that ran took different paths since the last barrier.
     auto &d = g.divergence[g.launch.kernel_id];
@@ -482,6 +576,7 @@ void close_window() {
         }
         d.first += any;
         d.second += diverged;
+        counts.diverged += diverged;
     }
 }
 
@@ -638,6 +733,8 @@ bool complete_collective(unsigned int warp) {
             default: t.result = source_value(warp, t, arrived); break;
         }
     }
+    const int op = g.threads[warp * 32 + static_cast<unsigned int>(__builtin_ctz(arrived))].op;
+    if (g.measuring && op >= SHFL && op <= SHFL_XOR) g.counts[g.launch.kernel_id].shuffles++;
     for (unsigned int lane = 0; lane < 32; ++lane) {
         if (!(arrived >> lane & 1u)) continue;
         Thread &t = g.threads[warp * 32 + lane];
@@ -645,6 +742,45 @@ bool complete_collective(unsigned int warp) {
         t.wait = RUNNABLE;
     }
     return true;
+}
+
+// A barrier that part of the block skips: threads that were running when the previous barrier released (or
+// the block started) exited without arriving, or waited at another __syncthreads(). The runtime releases it
+// as a GPU does (PTX counts only the threads that have not exited), but CUDA leaves a __syncthreads() in code
+// that the block does not run alike undefined: it may hang or misbehave on another GPU or compiler. Only a
+// block's first such barrier is reported: after it, the threads' barriers no longer pair up.
+void check_barrier_divergence(unsigned int exited) {
+    std::map<int, unsigned int> at_line;  // line -> threads waiting there
+    for (unsigned int i = 0; i < g.nthreads; ++i)
+        if (g.threads[i].wait == AT_BARRIER) at_line[g.threads[i].line]++;
+    const unsigned int skipped = exited - g.exited_at_release;
+    if (g.block_diverged || (!skipped && at_line.size() == 1)) return;
+    g.block_diverged = true;
+    for (const auto &[line, arrived] : at_line) {
+        std::string others;
+        char part[96];
+        if (skipped) {
+            std::snprintf(part, sizeof part, "; %u exited without reaching it", skipped);
+            others += part;
+        }
+        for (const auto &[other, count] : at_line) {
+            if (other == line) continue;
+            std::snprintf(part, sizeof part, "; %u waited at the __syncthreads() on {line:%d} instead", count, other);
+            others += part;
+        }
+        char message[512];
+        std::snprintf(message, sizeof message,
+                      "__syncthreads() on {line:%d} was reached by only %u of the %u running threads of block "
+                      "(%u,%u,0)%s. A barrier that part of the block skips is undefined in CUDA (it may hang or "
+                      "go wrong on another GPU or compiler): put it where every thread of the block passes",
+                      line, arrived, g.nthreads - g.exited_at_release, blockIdx.x, blockIdx.y, others.c_str());
+        for (unsigned int i = 0; i < g.nthreads; ++i) {
+            if (g.threads[i].wait == AT_BARRIER && g.threads[i].line == line) {
+                report(BARRIER_DIVERGENCE, line, 0, describe_thread(g.threads[i]), message);
+                break;
+            }
+        }
+    }
 }
 
 bool release_barrier() {
@@ -655,7 +791,10 @@ bool release_barrier() {
         count += g.threads[i].wait == AT_BARRIER && g.threads[i].value;
     }
     if (!waiting || waiting + exited != g.nthreads) return false;
+    if (g.checking) check_barrier_divergence(exited);
+    g.exited_at_release = exited;
     close_window();
+    if (g.measuring) g.counts[g.launch.kernel_id].barriers++;
     g.epoch++;
     for (unsigned int i = 0; i < g.nthreads; ++i) {
         Thread &t = g.threads[i];
@@ -679,7 +818,10 @@ bool run_block(unsigned int bx, unsigned int by) {
     g.block_linear = by * g.launch.grid[0] + bx;
     g.block_gen++;
     g.epoch = 0;
+    g.exited_at_release = 0;
+    g.block_diverged = false;
     g.block_acquired = false;
+    poison_shared_memory();
     const std::size_t slot = kStackBytes + 4096;
     for (unsigned int i = 0; i < g.nthreads; ++i) {
         Thread &t = g.threads[i];
@@ -712,7 +854,8 @@ bool run_block(unsigned int bx, unsigned int by) {
         report_deadlock();
         return false;
     }
-    close_window();
+    close_window(true);
+    if (g.measuring) g.counts[g.launch.kernel_id].blocks++;
     return true;
 }
 
@@ -800,14 +943,16 @@ unsigned int __ag_activemask(void) { return ~exited_lanes(me().warp); }
 
 void *__ag_static_shared(unsigned long size, unsigned long align, const char *name) {
     if (!ensure_arena()) return nullptr;
+    StaticLayout &layout = g.layouts[library_base(__builtin_return_address(0))];
     // A 64-byte gap between arrays, so running off one array is out of bounds, not inside the next.
-    std::size_t offset = kDynamicSharedMax + ((g.static_used + 64 + align - 1) / align) * align;
+    std::size_t offset = kDynamicSharedMax + ((layout.used + 64 + align - 1) / align) * align;
     if (offset + size > kArenaBytes) {
         std::fprintf(stderr, "CPU backend: more than %zu bytes of static __shared__ memory\n", kStaticSharedMax);
         std::abort();
     }
-    g.statics.push_back({offset, size, name});
-    g.static_used = offset + size - kDynamicSharedMax;
+    layout.arrays.push_back({offset, size, name});
+    layout.used = offset + size - kDynamicSharedMax;
+    std::memset(g.arena + offset, kSharedPoison, size);  // allocated in the middle of a block: as it started
     return g.arena + offset;
 }
 
@@ -936,12 +1081,11 @@ int ag_launch(const AgLaunch *launch) {
         it->second->arg = k;
         g.active[g.nactive++] = it->second;
     }
-    g.pc_base = 0;
-    if (launch->checked) {
-        Dl_info info{};
-        if (dladdr(reinterpret_cast<void *>(launch->checked), &info))
-            g.pc_base = reinterpret_cast<std::uintptr_t>(info.dli_fbase);
-    }
+    g.pc_base = library_base(reinterpret_cast<void *>(launch->checked));
+    g.launch_layouts[0] = launch->checked ? &g.layouts[g.pc_base] : nullptr;
+    g.launch_layouts[1] = launch->fast ? &g.layouts[library_base(reinterpret_cast<void *>(launch->fast))] : nullptr;
+    // Fresh, zeroed fiber stacks: an uninitialised local variable never sees what an earlier kernel left.
+    madvise(g.stacks, (kStackBytes + 4096) * kMaxThreads, MADV_DONTNEED);
     const long long blocks = static_cast<long long>(launch->grid[0]) * launch->grid[1];
     // Large launches check the first and last blocks fully and run the ones between uninstrumented.
     const bool sampled = launch->checked && launch->fast && blocks * g.nthreads > g.full_check_threads;
@@ -974,6 +1118,15 @@ void ag_divergence(int kernel_id, unsigned long long *steps, unsigned long long 
     auto &d = g.divergence[kernel_id];
     *steps = d.first;
     *diverged = d.second;
+}
+// The Counts of one kernel, in their order: blocks, barriers, diverged warp steps, shuffles, final shared
+// requests, and the whole-warp global load requests, their sectors and words.
+void ag_counts(int kernel_id, unsigned long long *out) {
+    const Counts &c = g.counts[kernel_id];
+    const unsigned long long values[] = {c.blocks,   c.barriers,        c.diverged,       c.shuffles,
+                                         c.final_shared_requests, c.global_requests, c.global_sectors,
+                                         c.global_words};
+    std::memcpy(out, values, sizeof values);
 }
 
 }  // extern "C"

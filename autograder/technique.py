@@ -1,0 +1,314 @@
+"""Each stage's technique, measured without a GPU's timing noise: does the kernel show its stage's lesson?
+
+A speed check cannot see a technique whose gain is below the noise (the shuffle stage gains 1.01x on an H200,
+max2d 0.99x), and a kernel of the previous stage renamed passes it. So every stage's lesson is also measured
+deterministically, from two sources:
+
+- the CPU backend's counts over the first blocks of every launch (records.KernelMetrics), which a grading run
+  has on both backends (on a GPU, from the CPU analysis of the same kernel);
+- the PTX that `nvcc -ptx` makes of the kernel, where nvcc is installed (no GPU needed). Where it is not (a
+  student's laptop), the PTX measurements are "not checked here".
+
+| stage | measured, and required | previous reference -> reference |
+|---|---|---|
+| naive | divergent warp steps per block (the baseline: nothing) | 48 |
+| anti_divergence | divergent warp steps per block, at most 9 | 48 -> 6 |
+| sequential | shared-memory transactions per warp request, at most 1.3 | 3.3 -> 1.0 |
+| first_add | elements per thread: the launch contract | 1 -> 2 |
+| unrolled_warp | block barriers per block, at most log2(block) - 2 | 9 -> 3 |
+| shuffle | shuffles in the PTX, and run per block: at least 1 | 0 -> 5 |
+| | shared-memory requests per block after its last barrier, at most 4 | 12 -> 2 |
+| max2d | 32-byte sectors per whole-warp global load, at most 6.5 | 8.7 -> 4.9 |
+
+(Figures at block size 256; the ones that depend on the block size are functions of it below.) first_add's
+technique is a property of the launch: the grader launches ceil(n / (2 * block size)) blocks, so a kernel that
+does not add two elements while loading leaves half the input out and is incorrect; correctness is its check.
+
+Each threshold sits between the reference kernel of the stage and the reference kernel of the previous stage
+(solutions/reduction/kernels); tests/test_technique.py measures both at every block size the rubric allows and
+checks that the threshold separates them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from autograder.errors import GraderError
+from autograder.records import KernelMetrics, KernelSource, Performance, TechniqueCheck
+from autograder.sandbox import Sandbox
+from autograder.stages import Stage
+
+PTX_ARCH = "sm_75"  # a fixed target: the PTX, and so the measurement, is the same whatever GPU grades
+PTX_SECONDS = 120.0
+NOISE = 0.03  # a reference step closer to 1 than this is within the timing noise between runs
+
+
+def _log2(block_size: int) -> int:
+    return block_size.bit_length() - 1
+
+
+# --- the measurements ------------------------------------------------------------------------------------
+
+
+def _per_block(count: str) -> Callable[[KernelMetrics], float | None]:
+    def measure(metrics: KernelMetrics) -> float | None:
+        return getattr(metrics, count) / metrics.blocks if metrics.blocks else None
+
+    return measure
+
+
+def _transactions_per_request(metrics: KernelMetrics) -> float | None:
+    return metrics.transactions_per_request if any(line.shared_requests for line in metrics.lines) else None
+
+
+def _sectors_per_load(metrics: KernelMetrics) -> float | None:
+    requests = metrics.global_load_requests
+    return metrics.global_load_sectors / requests if requests else None
+
+
+def ptx_shuffles(ptx: str) -> int:
+    """Warp shuffle instructions in the PTX (`shfl.sync.down`, `.up`, `.bfly`, `.idx`), predicated ones too."""
+    return len(re.findall(r"^\s*(?:@!?%\w+\s+)?shfl\.sync\b", ptx, flags=re.MULTILINE))
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One measurement of a stage's technique and its requirement, as functions of the block size."""
+
+    name: str
+    what: str
+    source: str  # where the value comes from: "cpu", "ptx" or "contract"
+    value: Callable  # from the KernelMetrics (cpu), the PTX text (ptx) or the Stage (contract)
+    at_most: bool | None  # the value must be at most (True) or at least (False) the threshold; None: shown only
+    threshold: Callable[[int], float]
+    reference: Callable[[int], float]  # the reference kernel of the stage
+    previous: Callable[[int], float] | None  # the reference kernel of the previous stage
+    missing: str | None = None  # what it means when the CPU backend measured the kernel and found nothing to count
+
+    def required(self, block_size: int) -> str:
+        if self.at_most is None:
+            return "the baseline: nothing"
+        return f"{'at most' if self.at_most else 'at least'} {self.threshold(block_size):g}"
+
+    def passes(self, value: float, block_size: int) -> bool:
+        if self.at_most is None:
+            return True
+        limit = self.threshold(block_size)
+        return value <= limit if self.at_most else value >= limit
+
+
+def _constant(value: float) -> Callable[[int], float]:
+    return lambda block_size: value
+
+
+DIVERGENCE = Measure(
+    "divergence",
+    "divergent warp steps per block (a warp between two barriers whose lanes took different paths)",
+    "cpu",
+    _per_block("diverged_steps"),
+    at_most=True,
+    threshold=_constant(9),
+    reference=_constant(6),
+    previous=lambda block_size: 3 * block_size / 16,  # naive: every warp diverges in every round
+)
+# The strided index's conflicts grow with the block: more lanes of a warp land in one bank.
+_STRIDED_CONFLICTS = {64: 1.7, 128: 2.6, 256: 3.3, 512: 3.9, 1024: 4.3}
+
+MEASURES: dict[str, tuple[Measure, ...]] = {
+    "naive": (replace(DIVERGENCE, at_most=None, reference=DIVERGENCE.previous, previous=None),),
+    "anti_divergence": (DIVERGENCE,),
+    "sequential": (
+        Measure(
+            "bank conflicts",
+            "shared-memory transactions per warp request (1.0: no bank conflicts)",
+            "cpu",
+            _transactions_per_request,
+            at_most=True,
+            threshold=_constant(1.3),
+            reference=_constant(1.0),
+            previous=lambda block_size: _STRIDED_CONFLICTS.get(block_size, 3.3),
+            missing="the kernel makes no shared-memory accesses, so it has no tree in shared memory to address",
+        ),
+    ),
+    "first_add": (
+        Measure(
+            "elements per thread",
+            "input elements each thread adds while loading: the grader launches ceil(n / (2 x block size)) "
+            "blocks, so a kernel that adds fewer leaves part of the input out and is incorrect",
+            "contract",
+            lambda stage: float(stage.elements_per_thread),
+            at_most=False,
+            threshold=_constant(2),
+            reference=_constant(2),
+            previous=_constant(1),
+        ),
+    ),
+    "unrolled_warp": (
+        Measure(
+            "block barriers",
+            "__syncthreads() passed per block (a tree loop down to s = 1 passes log2(block size) + 1)",
+            "cpu",
+            _per_block("barriers"),
+            at_most=True,
+            threshold=lambda block_size: _log2(block_size) - 2,
+            reference=lambda block_size: _log2(block_size) - 5,
+            previous=lambda block_size: _log2(block_size) + 1,
+        ),
+    ),
+    "shuffle": (
+        Measure(
+            "shuffles in the code",
+            "warp shuffle instructions (shfl.sync) in the kernel's PTX",
+            "ptx",
+            ptx_shuffles,
+            at_most=False,
+            threshold=_constant(1),
+            reference=_constant(5),
+            previous=_constant(0),
+        ),
+        Measure(
+            "shuffles executed",
+            "warp shuffles run per block",
+            "cpu",
+            _per_block("shuffles"),
+            at_most=False,
+            threshold=_constant(1),
+            reference=_constant(5),
+            previous=_constant(0),
+        ),
+        Measure(
+            "shared memory in the last warp",
+            "shared-memory warp requests per block after the block's last __syncthreads()",
+            "cpu",
+            _per_block("final_shared_requests"),
+            at_most=True,
+            threshold=_constant(4),
+            reference=_constant(2),
+            previous=_constant(12),
+        ),
+    ),
+    "max2d": (
+        Measure(
+            "coalescing",
+            "32-byte sectors per whole-warp global load (4 when a warp reads 32 neighbouring floats)",
+            "cpu",
+            _sectors_per_load,
+            at_most=True,
+            threshold=_constant(6.5),
+            reference=_constant(4.9),
+            previous=_constant(8.7),  # max2d_baseline: every other word, so twice the sectors
+        ),
+    ),
+}
+
+
+# --- the entry point -------------------------------------------------------------------------------------
+
+
+def check(
+    stage: Stage, source: KernelSource, metrics: KernelMetrics | None, sandbox: Sandbox, block_size: int
+) -> tuple[TechniqueCheck, ...]:
+    """The technique checks of `stage` for the student's kernel: its CPU measurements (`metrics`, None where
+    there are none) and, where nvcc is installed, its PTX (compiled in `sandbox`)."""
+    measures = MEASURES.get(stage.id, ())
+    ptx, ptx_how = _ptx(source, sandbox) if any(m.source == "ptx" for m in measures) else (None, "")
+    checks = []
+    for measure in measures:
+        if measure.source == "ptx":
+            value = float(measure.value(ptx)) if ptx is not None else None
+            how = ptx_how
+        elif measure.source == "contract":
+            value, how = measure.value(stage), "the launch contract, enforced by the correctness cases"
+        else:
+            value = measure.value(metrics) if metrics is not None else None
+            how = (
+                "CPU backend: counted over the first blocks of every launch"
+                if value is not None
+                else "not checked here: the CPU backend did not measure this kernel"
+            )
+        failed = value is None and metrics is not None and measure.missing is not None
+        checks.append(
+            TechniqueCheck(
+                name=measure.name,
+                what=measure.what,
+                required=measure.required(block_size),
+                value=value,
+                reference=float(measure.reference(block_size)),
+                previous=float(measure.previous(block_size)) if measure.previous else None,
+                passed=False if failed else None if value is None else measure.passes(value, block_size),
+                how=measure.missing if failed else how,
+            )
+        )
+    return tuple(checks)
+
+
+def absent(checks: tuple[TechniqueCheck, ...]) -> tuple[TechniqueCheck, ...]:
+    """The checks that were made and failed: the technique is not there."""
+    return tuple(c for c in checks if c.passed is False)
+
+
+def below_noise(performance: Performance) -> bool:
+    """Whether the reference's speedup over its previous stage on this GPU is within the timing noise, so
+    that only the technique measurement shows the lesson."""
+    step = performance.reference_step
+    return step is not None and abs(step - 1.0) < NOISE
+
+
+def describe(check: TechniqueCheck) -> str:
+    """One line for people, e.g. "bank conflicts: 1.0, needs at most 1.3 (reference kernels: 3.3 -> 1.0): ok"."""
+    reference = _show(check.reference)
+    if check.previous is not None:
+        reference = f"{_show(check.previous)} -> {reference}"
+    if check.value is None:
+        absent = ": the technique is absent" if check.passed is False else ""
+        return f"{check.name}: {check.how} (reference kernels: {reference}){absent}"
+    if check.previous is None:
+        return f"{check.name}: {_show(check.value)} (reference kernel: {reference}; {check.required} required)"
+    mark = "ok" if check.passed else "the technique is absent"
+    return f"{check.name}: {_show(check.value)}, needs {check.required} (reference kernels: {reference}): {mark}"
+
+
+def _show(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
+
+
+# --- PTX -------------------------------------------------------------------------------------------------
+
+
+def ptx_of(source: KernelSource, sandbox: Sandbox) -> str | None:
+    """The PTX nvcc makes of `source` (compiled in the sandbox), or None where nvcc is not installed or fails."""
+    return _ptx(source, sandbox)[0]
+
+
+def _ptx(source: KernelSource, sandbox: Sandbox) -> tuple[str | None, str]:
+    """(PTX or None, how it was made or why there is none)."""
+    from autograder.backends.gpu import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return None, "not checked here: nvcc (the CUDA compiler) is not installed; the grader checks it"
+    return _compile_ptx(source.text, nvcc, sandbox)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_ptx(text: str, nvcc: str, sandbox: Sandbox) -> tuple[str | None, str]:
+    with tempfile.TemporaryDirectory(prefix="autograder-ptx-") as directory:
+        folder = Path(directory)
+        (folder / "kernel.cu").write_text(text)
+        argv = [nvcc, "-ptx", f"-arch={PTX_ARCH}", "-o", "kernel.ptx", "kernel.cu"]
+        try:
+            result = sandbox.run_tool(argv, folder, PTX_SECONDS)
+        except (GraderError, OSError, subprocess.SubprocessError) as error:
+            return None, f"not checked here: nvcc could not run ({error})"
+        if result.returncode != 0:
+            first = next((line for line in result.stderr.splitlines() if "error" in line), result.stderr.strip())
+            return None, f"not checked here: nvcc does not compile the kernel ({first[:200]})"
+        return (folder / "kernel.ptx").read_text(), f"PTX from nvcc -ptx -arch={PTX_ARCH}"

@@ -1,0 +1,17 @@
+// Stage 3 with the barrier moved inside the branch: only the threads with tid < s reach it. The sum is right on
+// an H200 and compute-sanitizer reports nothing, but CUDA leaves such a barrier undefined.
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n)
+{
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    sdata[tid] = (i < n) ? g_in[i] : 0.0f;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            sdata[tid] += sdata[tid + s];
+            __syncthreads();
+        }
+    }
+    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+}

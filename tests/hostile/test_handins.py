@@ -1,0 +1,198 @@
+"""Hostile hand-ins in the submissions folder: links out of it, names that collide or are not Latin, notebooks that
+are not JSON or hold a lone surrogate. Each test fails if the attack works: a secret outside the tree shows up in
+any output, a result is lost or overwritten, a student stops the class, or a result carries a host path.
+
+The class is built at test time (links cannot be stored as data) and graded once by `autograder grade` on the CPU
+backend; the publishing commands then run on its results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from click.testing import CliRunner
+
+from autograder.batch import discover, file_stem
+from autograder.cli import cli
+from autograder.grade import GradeOptions, grade_notebook
+from autograder.notebook import MAX_CELL_CHARS, MAX_NOTEBOOK_BYTES, kernel_cell, stage_cells
+from autograder.records import Status, to_dict
+from autograder.references import reference_source
+
+SECRET = "TOP-SECRET-7f3a9c"  # in every file outside the submissions tree; must appear in no output
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_notebook(path: Path, *cells: nbformat.NotebookNode) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=list(cells)), path)
+    return path
+
+
+def naive_cell(kernel: str | None = None) -> nbformat.NotebookNode:
+    return kernel_cell("naive", kernel or reference_source("naive").text)
+
+
+@pytest.fixture(scope="module")
+def hostile_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    top = tmp_path_factory.mktemp("course")
+    outside = top / "outside"
+    outside.mkdir()
+    (outside / "passwd").write_text(f"root:x:0:0:{SECRET}:/root:/bin/bash\n")
+    # A notebook outside the tree: someone else's correct work, with the secret in a cell.
+    stolen = write_notebook(outside / "stolen.ipynb", nbformat.v4.new_markdown_cell(SECRET), naive_cell())
+    write_notebook(outside / "folder" / "reduction.ipynb", nbformat.v4.new_markdown_cell(SECRET), naive_cell())
+
+    submissions = top / "submissions"
+    submissions.mkdir()
+    os.symlink(outside / "passwd", submissions / "eve.ipynb")  # a linked notebook
+    os.symlink(outside / "folder", submissions / "mallory")  # a linked student folder
+    (submissions / "trudy" / "reduction").mkdir(parents=True)
+    os.symlink(stolen, submissions / "trudy" / "reduction" / "reduction.ipynb")  # a link inside a student folder
+    (submissions / "oscar.ipynb").write_text((outside / "passwd").read_text())  # not JSON, quoting the secret
+    write_notebook(submissions / "a b.ipynb")
+    write_notebook(submissions / "a_b.ipynb")
+    write_notebook(submissions / "王伟.ipynb")
+    write_notebook(submissions / "Łukasz.ipynb")
+    # A lone surrogate in the kernel cell, then a student graded after it.
+    sybil = nbformat.v4.new_notebook(cells=[naive_cell()])
+    sybil.cells[0].source = sybil.cells[0].source.replace("extern", "\ud800extern")
+    (submissions / "sybil.ipynb").write_text(json.dumps(sybil))
+    write_notebook(submissions / "zoe.ipynb", naive_cell())
+    (submissions / ".hidden").mkdir()
+    (submissions / "notes.txt").write_text("not a hand-in\n")
+    return submissions
+
+
+@pytest.fixture(scope="module")
+def graded(hostile_class: Path, tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("results")
+    args = ["grade", str(hostile_class), "--out", str(out), "--backend", "cpu", "--quick", "--seed", "5"]
+    return CliRunner().invoke(cli, args), out
+
+
+def results_of(out: Path) -> dict[str, dict]:
+    return {data["student"]: data for data in (json.loads(p.read_text()) for p in out.glob("*.json"))}
+
+
+def every_output(out: Path) -> str:
+    return "\n".join(path.read_text(encoding="utf-8") for path in sorted(out.rglob("*")) if path.is_file())
+
+
+def test_links_are_refused_unread_and_listed(hostile_class: Path) -> None:
+    found = discover(hostile_class)
+    skipped = dict(found.skipped)
+    for link in ("eve.ipynb", "mallory", "trudy/reduction/reduction.ipynb"):
+        assert "symbolic link" in skipped[link], skipped
+    assert ".hidden" in skipped and "notes.txt" in skipped
+    students = {s.student: s for s in found.submissions}
+    assert "eve" not in students and "mallory" not in students
+    assert students["trudy"].notebook is None and "trudy/reduction/reduction.ipynb refused" in students["trudy"].problem
+
+
+def test_the_class_is_graded_without_a_grader_failure_and_the_summary_lists_what_was_skipped(graded) -> None:
+    output, out = graded
+    assert output.exit_code == 0, output.output
+    assert "grader failure" not in output.output
+    for listed in ("eve.ipynb: a symbolic link", "mallory: a symbolic link", "trudy/reduction/reduction.ipynb",
+                   ".hidden: a hidden entry", "notes.txt: neither a notebook"):
+        assert listed in output.output
+
+
+def test_no_secret_from_outside_the_tree_reaches_any_output(graded) -> None:
+    output, out = graded
+    assert SECRET not in output.output
+    assert SECRET not in every_output(out)
+    oscar = results_of(out)["oscar"]
+    assert oscar["problems"] == ["oscar.ipynb: not a readable notebook (not JSON)"]
+
+
+def test_names_that_sanitise_alike_or_are_not_latin_keep_their_own_results(graded) -> None:
+    _, out = graded
+    results = results_of(out)
+    for student in ("a b", "a_b", "王伟", "Łukasz"):
+        assert student in results
+        assert (out / f"{file_stem(student)}.json").exists()
+    stems = {file_stem(student) for student in ("a b", "a_b", "王伟", "Łukasz")}
+    assert len(stems) == 4 and "student" not in stems and "a_b" in stems
+
+
+def test_a_lone_surrogate_is_that_student_s_verdict_and_grading_goes_on(graded) -> None:
+    _, out = graded
+    results = results_of(out)
+    sybil = next(stage for stage in results["sybil"]["stages"] if stage["stage"] == "naive")
+    assert sybil["status"] == "invalid_cell" and "lone surrogate" in sybil["message"]
+    zoe = next(stage for stage in results["zoe"]["stages"] if stage["stage"] == "naive")
+    assert zoe["status"] == "correct"
+
+
+def test_results_and_feedback_carry_no_host_paths(graded) -> None:
+    _, out = graded
+    results = results_of(out)
+    assert results["zoe"]["notebook"] == "zoe.ipynb"
+    assert results["trudy"]["notebook"] == "trudy/"
+    assert results["zoe"]["rubric"].startswith("rubric.toml@") and len(results["zoe"]["rubric"]) == 20
+    runner = CliRunner()
+    for command in ("feedback", "export"):
+        outcome = runner.invoke(cli, [command, str(out)])
+        assert outcome.exit_code == 0, outcome.output
+    written = every_output(out)
+    for host_path in (str(out.parent.parent), str(ROOT), os.path.expanduser("~")):
+        assert host_path not in written
+
+
+NOTEBOOK = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}}
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (f"root:x:0:0:{SECRET}:/root:/bin/bash\n".encode(), "not JSON"),
+        (b"\xff\xfe" + SECRET.encode(), "not UTF-8 text"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (json.dumps({**NOTEBOOK, "cells": {SECRET: 1}}).encode(), "not in the notebook format"),
+        (json.dumps({**NOTEBOOK, "cells": [{"cell_type": "code", "metadata": [SECRET], "source": ""}]}).encode(),
+         "not in the notebook format"),
+        (json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {"name": SECRET}, "worksheets": []}).encode(),
+         "not a notebook of format 4"),
+        (b" " * (MAX_NOTEBOOK_BYTES + 1), "larger than 32 MiB"),
+    ],
+    ids=["passwd", "binary", "deep-nesting", "cells-not-a-list", "metadata-not-a-dict", "format-3", "huge"],
+)
+def test_an_unreadable_notebook_is_its_student_s_verdict_and_quotes_nothing(
+    tmp_path: Path, content: bytes, reason: str
+) -> None:
+    path = tmp_path / "oscar.ipynb"
+    path.write_bytes(content)
+    result = grade_notebook(path, "oscar", GradeOptions(backend="cpu"))
+    assert {stage.status for stage in result.stages} == {Status.INVALID_CELL}
+    assert reason in result.problems[0]
+    assert SECRET not in json.dumps(to_dict(result))
+
+
+def test_cells_of_odd_shapes_are_that_stage_s_problem(tmp_path: Path) -> None:
+    def cell(grade_id: object, source: str, cell_type: object = "code") -> dict:
+        return {"cell_type": cell_type, "metadata": {"nbgrader": {"grade_id": grade_id}}, "source": source,
+                "outputs": [], "execution_count": None}
+
+    cells = [
+        cell("naive", "X = " + "-" * 100_000 + "1"),  # nesting too deep for Python's parser
+        cell("anti_divergence", "X = 'a\0'"),
+        cell("sequential", 'X = r"""' + "x" * MAX_CELL_CHARS + '"""'),
+        cell("first_add", "X = 1", cell_type=7),
+        cell(["unrolled_warp"], "X = 1"),  # a grade_id that is not text: no stage's cell
+        cell("shuffle", "X = '\\ud800 lone'"),  # the escape of a lone surrogate, in a plain string
+    ]
+    path = tmp_path / "odd.ipynb"
+    path.write_text(json.dumps({**NOTEBOOK, "cells": cells}))
+    found = stage_cells(path)
+    assert "cannot be read as Python" in found["naive"].problem
+    assert "null bytes" in found["anti_divergence"].problem
+    assert "characters, more than" in found["sequential"].problem
+    assert "not a code cell" in found["first_add"].problem
+    assert not found["unrolled_warp"].attempted
+    assert "lone surrogate" in found["shuffle"].problem

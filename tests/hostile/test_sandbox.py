@@ -1,0 +1,223 @@
+"""Attacks on the grading host from kernel code, each a test that fails if the attack works.
+
+Two layers are attacked. The source policy (autograder/policy.py) refuses most of these kernels before any
+compiler sees them; the tests here that build with `build_shared_objects` skip the policy on purpose, so they
+show what the sandbox itself stops when a kernel gets past the policy: static initialisers that run when the
+worker loads the kernel, then calls into libc. A final test grades a class of attack hand-ins end to end and
+checks that a clean student's result is the same as when graded alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import nbformat
+import pytest
+from escapes import try_to_escape
+
+from autograder.backends.cpu.compiler import build_shared_objects, prepare_toolchain
+from autograder.batch import grade_class
+from autograder.errors import CompileError, KernelFault, KernelTimeout
+from autograder.grade import GradeOptions
+from autograder.isolation import Worker
+from autograder.notebook import kernel_cell
+from autograder.records import KernelSource, Status
+from autograder.references import reference_source
+from autograder.sandbox import Sandbox
+from autograder.stages import get_stage
+from autograder.verify import correctness_cases, make_input, run_case
+
+NAIVE = get_stage("naive")
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = reference_source("naive").text
+
+
+def attack_kernel(prelude: str, output_expression: str = "0") -> str:
+    """The reference naive kernel plus host code that runs when the worker loads the kernel library, and an
+    output that adds `output_expression` (a global the attack set) to each block's partial sum."""
+    store = "g_out[blockIdx.x] = sdata[0];"
+    kernel = REFERENCE.replace(store, f"g_out[blockIdx.x] = sdata[0] + ({output_expression});")
+    return f"#include <cstdio>\n#include <cstdlib>\n#include <unistd.h>\n#include <fcntl.h>\n{prelude}\n{kernel}"
+
+
+def run_in_sandbox(text: str) -> tuple[float, float]:
+    """Build `text` without the source policy, run it in a sandboxed worker: (value, expected)."""
+    toolchain = prepare_toolchain()
+    build = build_shared_objects(toolchain, NAIVE, KernelSource(text), Sandbox())
+    case = correctness_cases(NAIVE, seed=7)[2]  # n=2 integers: exact
+    expected = float(make_input(case).astype("float64").sum())
+    with Worker("cpu") as worker:
+        value, _ = worker.call(run_case, build, case, 256, timeout=60)
+    return value, expected
+
+
+def test_a_static_initialiser_cannot_write_files(tmp_path: Path) -> None:
+    marker = tmp_path / "written"
+    prelude = f"""
+static int attack() {{
+    FILE *f = fopen("{marker}", "w");
+    if (!f) return 0;
+    fputs("pwned", f);
+    fclose(f);
+    return 1000;
+}}
+static int attacked = attack();
+"""
+    value, expected = run_in_sandbox(attack_kernel(prelude, "attacked"))
+    assert value == expected
+    assert not marker.exists()
+
+
+def test_a_running_worker_can_start_no_program_no_process_and_no_socket(tmp_path: Path) -> None:
+    marker = tmp_path / "touched"
+    with Worker("cpu", readable=(Path(__file__).parent,)) as worker:
+        outcomes = worker.call(try_to_escape, str(marker), timeout=60)
+    assert not marker.exists()
+    assert outcomes["system"] != "allowed: 0"  # os.system reports a failed fork as a non-zero status
+    for name in ("spawn", "fork", "socket", "socketpair"):
+        assert outcomes[name].startswith("refused"), (name, outcomes[name])
+
+
+def test_kernel_code_cannot_read_host_files(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("S")
+    solution = ROOT / "solutions" / "reduction" / "kernels" / "shuffle.cu"
+    prelude = f"""
+static int leak(const char *path) {{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int c = fgetc(f);
+    fclose(f);
+    return c > 0 ? c : 1;
+}}
+static int leaked = leak("{secret}") + leak("{solution}") + leak("/root/.bashrc") + leak("{ROOT}/README.md");
+"""
+    value, expected = run_in_sandbox(attack_kernel(prelude, "leaked"))
+    assert value == expected  # every fopen failed: nothing of the host reached the result
+
+
+def test_kernel_code_cannot_touch_the_build_cache() -> None:
+    runtime = prepare_toolchain().runtime
+    before = hashlib.sha256(runtime.read_bytes()).hexdigest()
+    prelude = f"""
+static int escapes() {{
+    int found = 0;
+    if (open("{runtime}", O_WRONLY) >= 0) found += 100;
+    if (open("{runtime.parent}/planted.so", O_WRONLY | O_CREAT, 0644) >= 0) found += 1000;
+    return found;
+}}
+static int escaped = escapes();
+"""
+    value, expected = run_in_sandbox(attack_kernel(prelude, "escaped"))
+    assert value == expected
+    assert not (runtime.parent / "planted.so").exists()
+    assert hashlib.sha256(runtime.read_bytes()).hexdigest() == before
+
+
+class _Pwn:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_forged_reply_frame_is_refused_and_never_unpickled(tmp_path: Path) -> None:
+    marker = tmp_path / "unpickled"
+    payload = pickle.dumps(("ok", _Pwn(marker)))
+    frame = len(payload).to_bytes(4, "big") + payload
+    data = ", ".join(str(b) for b in frame)
+    prelude = f"""
+static int forge() {{
+    static const unsigned char frame[] = {{{data}}};
+    for (int fd = 3; fd < 64; ++fd) write(fd, frame, sizeof frame);
+    return 0;
+}}
+static int forged = forge();
+"""
+    with pytest.raises(KernelFault, match="invalid reply"):
+        run_in_sandbox(attack_kernel(prelude))
+    assert not marker.exists()
+
+
+def test_the_runtime_api_and_process_functions_cannot_be_linked() -> None:
+    # The names are built by token pasting, which a look at the source alone would not see.
+    for name in ("ag_clear_findings", "system", "dlsym"):
+        head, tail = name[:2], name[2:]
+        declare = f'extern "C" void PASTE({head}, {tail})();\n' if name.startswith("ag_") else ""
+        prelude = (
+            f"#include <dlfcn.h>\n#define PASTE(a, b) a##b\n{declare}"
+            f"static void *volatile p = (void *)&PASTE({head}, {tail});"
+        )
+        text = attack_kernel(prelude, "p ? 0.0f : 0.0f")
+        with pytest.raises(CompileError, match=f"`{name}`"):
+            build_shared_objects(prepare_toolchain(), NAIVE, KernelSource(text), Sandbox())
+
+
+def test_a_compiler_that_eats_memory_or_hangs_is_stopped_with_its_whole_process_tree(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text('#include "/dev/zero"\n')
+    started = time.monotonic()
+    result = Sandbox().run_tool(["g++", "-x", "c++", "-c", "k.cu"], tmp_path, timeout=60)
+    assert result.returncode != 0 and time.monotonic() - started < 60
+    with pytest.raises(KernelTimeout):
+        Sandbox().run_tool(["sh", "-c", "sleep 97 & sleep 98 & wait"], tmp_path, timeout=1)
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "sleep 9[78]"], capture_output=True, text=True).stdout
+    assert left == ""
+
+
+def test_a_worker_sees_no_home_no_checkout_no_host_tmp_and_no_network() -> None:
+    with tempfile.NamedTemporaryFile(prefix="host-secret-") as secret:
+        probe = (
+            "import os, socket\n"
+            f"print(os.path.exists({str(ROOT / 'solutions')!r}), os.path.exists(os.path.expanduser('~root/.bashrc')),"
+            f" os.path.exists({secret.name!r}))\n"
+            "try:\n socket.create_connection(('127.0.0.1', 22), timeout=1); print('net')\n"
+            "except OSError: print('no net')\n"
+        )
+        result = subprocess.run(Sandbox().command([sys.executable, "-c", probe]), capture_output=True, text=True)
+    assert result.stdout.split() == ["False", "False", "False", "no", "net"], result.stderr
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_a_class_of_attacks_leaves_a_clean_students_result_unchanged(backend: str, tmp_path: Path) -> None:
+    def notebook(path: Path, kernel: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nbformat.v4.new_notebook(cells=[kernel_cell("naive", kernel)]), path)
+
+    marker = tmp_path / "marker"
+    attacks = {
+        "constructor": f'__attribute__((constructor)) static void boom() {{ system("touch {marker}"); }}\n{REFERENCE}',
+        "include": f'#include "{ROOT}/solutions/reduction/kernels/shuffle.cu"\n{REFERENCE}',
+        "runtime": 'extern "C" void ag_clear_findings();\n' + REFERENCE,
+        "asm": REFERENCE.replace("unsigned int tid = threadIdx.x;", 'unsigned int tid = threadIdx.x; asm("nop");'),
+    }
+    alone, crowd = tmp_path / "alone", tmp_path / "crowd"
+    notebook(alone / "zoe.ipynb", REFERENCE)
+    notebook(crowd / "zoe.ipynb", REFERENCE)
+    for name, kernel in attacks.items():
+        notebook(crowd / f"{name}.ipynb", kernel)
+    options = replace(GradeOptions(backend=backend, measure_speed=False, seed=11), quick=True)
+    clean = grade_class(alone, tmp_path / "out-alone", options)
+    graded = grade_class(crowd, tmp_path / "out-crowd", options)
+    assert not marker.exists()
+    by_student = {result.student: result for result in graded.results}
+    for name in attacks:
+        naive = by_student[name].stages[0]
+        assert naive.status is Status.COMPILE_ERROR, (name, naive.message)
+        assert naive.points.total == 0
+    assert _grades(by_student["zoe"]) == _grades(clean.results[0])
+    assert by_student["zoe"].isolation == "bubblewrap+seccomp"
+    assert by_student["zoe"].device.backend == backend
+
+
+def _grades(result) -> list:
+    return [(s.stage, s.status, s.points, s.findings, tuple(c.passed for c in s.cases)) for s in result.stages]

@@ -1,0 +1,137 @@
+"""Grading a class in parallel, on Dask, resumed after a kill: the same grades as one student after another."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from autograder.batch import ClassOptions, grade_class
+from autograder.grade import GradeOptions
+from autograder.records import PerfVerdict, Status, StudentResult, to_dict
+from autograder.schedule import gpu_gate, place
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "submissions"
+STUDENTS = ("alice", "bob", "carol", "grace")  # every kind of verdict of the example class, in less time
+OPTIONS = GradeOptions(backend="cpu", seed=20261123, quick=True, measure_speed=False)
+
+
+def grades(results: tuple[StudentResult, ...]) -> dict:
+    """What must not depend on how a class was scheduled: statuses, points, findings and cases, per student
+    (as JSON text, in which a NaN a kernel left equals another NaN)."""
+    fields = ("stage", "status", "points", "findings", "cases", "technique")
+    return {r.student: json.dumps([[to_dict(getattr(s, f)) for f in fields] for s in r.stages]) for r in results}
+
+
+@pytest.fixture(scope="module")
+def klass(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("class")
+    for student in STUDENTS:
+        shutil.copy(EXAMPLES / f"{student}.ipynb", folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def serial(klass: Path, tmp_path_factory: pytest.TempPathFactory):
+    return grade_class(klass, tmp_path_factory.mktemp("serial"), OPTIONS)
+
+
+def test_a_local_dask_cluster_gives_the_serial_grades(klass: Path, serial, tmp_path: Path) -> None:
+    parallel = grade_class(klass, tmp_path, OPTIONS, spread=ClassOptions(workers=2))
+    assert [r.student for r in parallel.results] == list(STUDENTS)
+    assert grades(parallel.results) == grades(serial.results)
+    assert (tmp_path / "grades.csv").read_text() == (serial.out / "grades.csv").read_text()
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_killed_run_resumed_gives_the_uninterrupted_grades_and_keeps_what_it_had(
+    klass: Path, serial, tmp_path: Path
+) -> None:
+    def kill_after_two(student: str, done: int, total: int) -> None:
+        if done == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        grade_class(klass, tmp_path, OPTIONS, on_student=kill_after_two)
+    kept = {path.name: path.stat().st_mtime_ns for path in tmp_path.glob("*.json")}
+    assert len(kept) == 2
+    regraded: list[str] = []
+    # No --seed: the resumed run takes the seed of the results it keeps.
+    resumed = grade_class(
+        klass, tmp_path, replace(OPTIONS, seed=None), on_student=lambda s, d, t: regraded.append(s),
+        spread=ClassOptions(resume=True),
+    )
+    assert grades(resumed.results) == grades(serial.results)
+    assert {path.name: path.stat().st_mtime_ns for path in tmp_path.glob("*.json") if path.name in kept} == kept
+    assert sorted(regraded[2:]) == sorted(set(STUDENTS) - {Path(name).stem for name in kept})
+
+
+def test_resume_regrades_a_changed_notebook_and_a_changed_rubric(klass: Path, serial, tmp_path: Path) -> None:
+    folder = tmp_path / "class"
+    shutil.copytree(klass, folder)
+    out = tmp_path / "out"
+    shutil.copytree(serial.out, out)
+    shutil.copy(EXAMPLES / "alice.ipynb", folder / "bob.ipynb")  # bob hands in again: alice's notebook
+    again = grade_class(folder, out, OPTIONS, spread=ClassOptions(resume=True))
+    by_student = {r.student: r for r in again.results}
+    assert by_student["bob"].total == by_student["alice"].total
+    assert by_student["carol"].started == next(r for r in serial.results if r.student == "carol").started
+
+
+def test_students_are_spread_round_robin_over_the_gpus() -> None:
+    assert [p.gpu for p in place(5, (0, 1))] == [0, 1, 0, 1, 0]
+    assert [p.gpu for p in place(2, ())] == [None, None]
+
+
+def test_a_timing_has_its_gpu_alone_and_is_not_starved_by_correctness_runs() -> None:
+    events: list[tuple[str, str, float]] = []
+    lock = threading.Lock()
+
+    def hold(name: str, exclusive: bool, seconds: float) -> None:
+        with gpu_gate(7, exclusive):
+            with lock:
+                events.append((name, "start", time.monotonic()))
+            time.sleep(seconds)
+            with lock:
+                events.append((name, "end", time.monotonic()))
+
+    readers = [threading.Thread(target=hold, args=(f"check{i}", False, 0.3)) for i in range(3)]
+    for thread in readers:
+        thread.start()
+    time.sleep(0.05)
+    timing = threading.Thread(target=hold, args=("timing", True, 0.3))
+    timing.start()
+    time.sleep(0.05)
+    late = threading.Thread(target=hold, args=("late-check", False, 0.1))
+    late.start()
+    for thread in (*readers, timing, late):
+        thread.join()
+    at = {(name, what): when for name, what, when in events}
+    assert at[("timing", "start")] >= max(at[(f"check{i}", "end")] for i in range(3))  # it waited for them
+    assert at[("late-check", "start")] >= at[("timing", "end")]  # and nothing started while it timed
+    checks_overlap = at[("check1", "start")] < at[("check0", "end")]
+    assert checks_overlap  # correctness runs share the GPU
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_parallel_students_are_timed_on_their_gpu_with_the_serial_statuses(
+    klass: Path, tmp_path: Path
+) -> None:
+    options = replace(OPTIONS, backend="gpu", measure_speed=True)
+    serial = grade_class(klass, tmp_path / "serial", options, spread=ClassOptions(gpus=(0,)))
+    parallel = grade_class(klass, tmp_path / "parallel", options, spread=ClassOptions(workers=3, gpus=(0,)))
+    assert {r.gpu for r in parallel.results} == {0}
+    statuses = {r.student: [s.status for s in r.stages] for r in serial.results}
+    assert {r.student: [s.status for s in r.stages] for r in parallel.results} == statuses
+    assert all(
+        s.performance.verdict is not PerfVerdict.NOT_MEASURED
+        for r in parallel.results for s in r.stages if s.status is Status.CORRECT
+    )
