@@ -9,30 +9,14 @@ before it is used (see the backends' build functions).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from autograder.errors import BackendUnavailable
-from autograder.records import CompilerMessage, DeviceInfo, KernelSource
+from autograder.records import Build, DeviceInfo, KernelSource
 from autograder.sandbox import Sandbox
 from autograder.stages import Stage
-
-
-@dataclass(frozen=True)
-class Build:
-    """A compiled kernel: `files` holds the compiler's output by name, `details` what its backend needs."""
-
-    backend: str  # "cpu" or "gpu"
-    stage_id: str
-    source: KernelSource
-    warnings: tuple[CompilerMessage, ...]
-    files: tuple[tuple[str, bytes], ...]
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def file(self, name: str) -> bytes:
-        return dict(self.files)[name]
-
 
 BuildFunction = Callable[[Stage, KernelSource], Build]
 

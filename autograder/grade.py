@@ -16,12 +16,13 @@ from pathlib import Path
 
 from autograder import calibration as calibrations
 from autograder import technique
-from autograder.build import Build, Builder
+from autograder.build import Builder
 from autograder.errors import CompileError, GraderError, KernelFault, KernelTimeout, NotebookError
 from autograder.isolation import Worker
 from autograder.memo import StageMemo, grader_version
 from autograder.notebook import stage_cells
 from autograder.records import (
+    Build,
     CaseResult,
     DeviceInfo,
     Finding,

@@ -253,6 +253,23 @@ class StudentResult:
         return sum(s.points.max_points for s in self.stages if s.points)
 
 
+@dataclass(frozen=True)
+class Build:
+    """A compiled kernel, ready for a worker to load (autograder.build): `files` holds the compiler's output by
+    name, `details` what its backend needs. It goes to workers; nothing a worker sends back is a Build."""
+
+    backend: str  # "cpu" or "gpu"
+    stage_id: str
+    source: KernelSource
+    warnings: tuple[CompilerMessage, ...]
+    files: tuple[tuple[str, bytes], ...]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def file(self, name: str) -> bytes:
+        return dict(self.files)[name]
+
+
+
 def to_dict(record: Any) -> Any:
     """A record as JSON-ready data: enums by value, tuples as lists."""
     if dataclasses.is_dataclass(record):

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autograder.backends.base import Backend
-from autograder.build import Build
 from autograder.errors import GraderError
 from autograder.launch import Plan
-from autograder.records import KernelSource, Timing
+from autograder.records import Build, KernelSource, Timing
 from autograder.stages import Shape, Stage, get_stage
 from autograder.verify import compiled, reference
 

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autograder.backends.base import Backend, Kernel
-from autograder.build import Build
 from autograder.launch import Plan
-from autograder.records import CaseResult, Finding, KernelMetrics, KernelSource
+from autograder.records import Build, CaseResult, Finding, KernelMetrics, KernelSource
 from autograder.stages import MAX2D_SHAPES, SUM_SIZES, Shape, Stage, get_stage
 
 UNIT_ROUNDOFF = 2.0**-24  # float32

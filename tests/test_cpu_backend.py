@@ -20,10 +20,9 @@ from autograder.backends.base import Backend, Kernel
 from autograder.backends.cpu import CpuBackend
 from autograder.backends.cpu.compiler import CHECK_FLAGS, COMMON_FLAGS, RUNTIME_DIR
 from autograder.backends.cpu.rewrite import rewrite_shared
-from autograder.build import Build
 from autograder.errors import BackendUnavailable, CompileError, KernelFault, KernelTimeout
 from autograder.launch import Plan
-from autograder.records import Finding, KernelSource, SourceLocation
+from autograder.records import Build, Finding, KernelSource, SourceLocation
 from autograder.stages import Shape, get_stage
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU backend needs g++")

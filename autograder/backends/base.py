@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autograder.build import Build
-from autograder.records import DeviceInfo, Finding, KernelMetrics, KernelSource
+from autograder.records import Build, DeviceInfo, Finding, KernelMetrics, KernelSource
 from autograder.stages import Stage
 
 

@@ -39,8 +39,7 @@ import numpy as np
 
 from autograder import errors
 from autograder.backends.base import Backend, Buffer, Kernel
-from autograder.build import Build
-from autograder.records import CompilerMessage, DeviceInfo, KernelSource
+from autograder.records import Build, CompilerMessage, DeviceInfo, KernelSource
 from autograder.sandbox import Sandbox
 from autograder.stages import Shape, Stage, get_stage
 

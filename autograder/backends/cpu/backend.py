@@ -24,9 +24,8 @@ import numpy as np
 
 from autograder.backends.base import Backend, Buffer, Kernel
 from autograder.backends.cpu.compiler import Toolchain, build_shared_objects, prepare_toolchain
-from autograder.build import Build
 from autograder.errors import CompileError, KernelFault
-from autograder.records import FINDING_KINDS, DeviceInfo, Finding, KernelMetrics, KernelSource, LineMetric
+from autograder.records import FINDING_KINDS, Build, DeviceInfo, Finding, KernelMetrics, KernelSource, LineMetric
 from autograder.sandbox import Sandbox
 from autograder.stages import Stage, get_stage
 

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.backends.cpu.rewrite import declares_device_variables, rewrite_source
-from autograder.build import Build
 from autograder.errors import BackendUnavailable, CompileError
-from autograder.records import CompilerMessage, KernelSource
+from autograder.records import Build, CompilerMessage, KernelSource
 from autograder.sandbox import Sandbox
 from autograder.stages import Shape, Stage
 
