@@ -221,3 +221,15 @@ def test_a_class_of_attacks_leaves_a_clean_students_result_unchanged(backend: st
 
 def _grades(result) -> list:
     return [(s.stage, s.status, s.points, s.findings, tuple(c.passed for c in s.cases)) for s in result.stages]
+
+
+def test_a_tampered_cache_artefact_is_never_loaded(tmp_path: Path) -> None:
+    toolchain = prepare_toolchain(cache=tmp_path / "cache")
+    first = build_shared_objects(toolchain, NAIVE, KernelSource(REFERENCE), Sandbox())
+    (planted,) = (tmp_path / "cache").glob("k-*-fast.so")
+    planted.write_bytes(b"\x7fELF planted by someone else")
+    again = build_shared_objects(toolchain, NAIVE, KernelSource(REFERENCE), Sandbox())
+    # Its hash did not match the manifest: it was built anew (a build records its temporary folder, so the
+    # bytes differ from the first build's), and the cache holds the new build again.
+    assert b"planted" not in again.file("fast.so") and len(again.file("fast.so")) > len(first.file("fast.so")) // 2
+    assert planted.read_bytes() == again.file("fast.so")

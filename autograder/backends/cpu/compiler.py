@@ -73,6 +73,7 @@ class KernelBuild:
     parameter_names: tuple[str, ...]
     device_variables: bool  # the source has __device__ variables: never mix the two builds in one launch
     lines: dict[int, int]  # call-site offset in the instrumented build -> kernel-source line
+    hashes: dict[str, str]  # SHA-256 of "checked" and "fast", as recorded when they were built
 
 
 def cache_directory() -> Path:
@@ -190,13 +191,13 @@ def compile_kernel(toolchain: Toolchain, source: KernelSource, stage: Stage, san
     names = parameter_names(source.text, stage.kernel_name, 3 if stage.shape is Shape.SUM_1D else 4)
     device_variables = declares_device_variables(source.text)
 
-    def finish(log: str, lines: dict[int, int]) -> KernelBuild:
+    def finish(log: str, lines: dict[int, int], hashes: dict[str, str]) -> KernelBuild:
         warnings = tuple(m for m in parse_diagnostics(log, source) if m.severity == "warning")
-        return KernelBuild(checked, fast, warnings, rewritten.dynamic_names, names, device_variables, lines)
+        return KernelBuild(checked, fast, warnings, rewritten.dynamic_names, names, device_variables, lines, hashes)
 
     cached = _read_manifest(manifest, {"checked": checked, "fast": fast})
     if cached is not None:
-        return finish(cached["log"], {int(pc): line for pc, line in cached["lines"].items()})
+        return finish(cached["log"], {int(pc): line for pc, line in cached["lines"].items()}, cached["files"])
 
     link = ["-L", str(toolchain.runtime.parent), f"-l:{toolchain.runtime.name}",
             f"-Wl,-rpath,{toolchain.runtime.parent}", "-Wl,-z,defs", "-lm"]
@@ -226,8 +227,8 @@ def compile_kernel(toolchain: Toolchain, source: KernelSource, stage: Stage, san
         lines = _line_table(build / "checked.so", run)
         _publish(build / "fast.so", fast)
         _publish(build / "checked.so", checked)
-        _write_manifest(manifest, {"checked": checked, "fast": fast}, compiled_checked.stderr, lines)
-    return finish(compiled_checked.stderr, lines)
+        hashes = _write_manifest(manifest, {"checked": checked, "fast": fast}, compiled_checked.stderr, lines)
+    return finish(compiled_checked.stderr, lines, hashes)
 
 
 COMPILE_SECONDS = 60.0
@@ -267,12 +268,16 @@ def _refuse_forbidden_imports(nm_output: str) -> None:
 def build_shared_objects(toolchain: Toolchain, stage: Stage, source: KernelSource, sandbox: Sandbox) -> Build:
     """`compile_kernel` as a Build a worker can load: the two libraries' bytes and what the loader needs."""
     built = compile_kernel(toolchain, source, stage, sandbox)
+    files = {"checked": built.checked.read_bytes(), "fast": built.fast.read_bytes()}
+    for name, data in files.items():  # the bytes sent, not only the file checked a moment ago
+        if hashlib.sha256(data).hexdigest() != built.hashes[name]:
+            raise BackendUnavailable(f"the cached build {name}.so changed after it was built: clear the cache")
     return Build(
         backend="cpu",
         stage_id=stage.id,
         source=source,
         warnings=built.warnings,
-        files=(("checked.so", built.checked.read_bytes()), ("fast.so", built.fast.read_bytes())),
+        files=(("checked.so", files["checked"]), ("fast.so", files["fast"])),
         details={
             "dynamic_shared_names": built.dynamic_shared_names,
             "parameter_names": built.parameter_names,
@@ -280,6 +285,8 @@ def build_shared_objects(toolchain: Toolchain, stage: Stage, source: KernelSourc
             "lines": built.lines,
         },
     )
+
+
 _INSTRUCTION = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)")
 
 
@@ -327,10 +334,11 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _write_manifest(manifest: Path, files: dict[str, Path], log: str, lines: dict[int, int]) -> None:
+def _write_manifest(manifest: Path, files: dict[str, Path], log: str, lines: dict[int, int]) -> dict[str, str]:
     """Record what was built, with each file's hash; written last, so a manifest means a complete build."""
+    hashes = {name: sha256_of(path) for name, path in files.items()}
     data = {
-        "files": {name: sha256_of(path) for name, path in files.items()},
+        "files": hashes,
         "log": log,
         "lines": {str(pc): line for pc, line in lines.items()},
     }
@@ -338,6 +346,7 @@ def _write_manifest(manifest: Path, files: dict[str, Path], log: str, lines: dic
     with os.fdopen(handle, "w") as out:
         json.dump(data, out)
     _publish(Path(temporary), manifest)
+    return hashes
 
 
 def _read_manifest(manifest: Path, files: dict[str, Path]) -> dict | None:
