@@ -246,18 +246,22 @@ def grade_class(
         else:
             write_json(out / f"{file_stem(student)}.json", to_dict(result))
             results.append(result)
-            write_grade_table(sorted(results, key=lambda r: r.student), out / "grades.csv")
+            write_grade_table(_by_student(results), out / "grades.csv")
         if on_student:
             on_student(student, len(results) + len(failures), total)
 
-    write_grade_table(sorted(results, key=lambda r: r.student), out / "grades.csv")
+    write_grade_table(_by_student(results), out / "grades.csv")
     gpu_tasks = options.backend != "cpu"
     run(grade_submission, tasks, workers=spread.workers, scheduler=spread.scheduler, gpu_tasks=gpu_tasks,
         on_result=record)
     if failures:
         write_json(out / "grader-failures.json", [{"student": s, "error": e} for s, e in failures])
-    ordered = tuple(sorted(results, key=lambda r: r.student))
-    return ClassRun(ordered, tuple(sorted(failures)), out, discovery.skipped)
+    return ClassRun(_by_student(results), tuple(sorted(failures)), out, discovery.skipped)
+
+
+def _by_student(results: list[StudentResult]) -> tuple[StudentResult, ...]:
+    """Results in one order whatever order they finished in, so a class table never depends on the schedule."""
+    return tuple(sorted(results, key=lambda result: result.student))
 
 
 def grade_submission(
@@ -352,7 +356,7 @@ def grade_table(results: list[StudentResult] | tuple[StudentResult, ...]) -> pd.
     return pd.DataFrame(rows, columns=columns)
 
 
-def write_grade_table(results: list[StudentResult], path: Path) -> None:
+def write_grade_table(results: list[StudentResult] | tuple[StudentResult, ...], path: Path) -> None:
     _atomic_write(path, grade_table(results).to_csv(index=False))
 
 

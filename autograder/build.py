@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.errors import BackendUnavailable
+from autograder.policy import check_source
 from autograder.records import Build, DeviceInfo, KernelSource
 from autograder.sandbox import Sandbox
 from autograder.stages import Stage
@@ -32,8 +33,6 @@ class Builder:
 
     def build(self, stage: Stage, source: KernelSource) -> Build:
         """The Build of `source` for `stage`. Raises CompileError (policy or compiler) or KernelTimeout."""
-        from autograder.policy import check_source
-
         key = (stage.id, source.text)
         if key not in self._built:
             check_source(source)

@@ -175,34 +175,22 @@ class _StageGrader:
         if source is None:
             message = "not attempted: the kernel cell is missing, empty, or still the released stub"
             return self._finish(stage, StageResult(stage.id, Status.NOT_ATTEMPTED, message))
-        memo = StageMemo(self.options.memo_dir) if self.options.memo_dir else None
-        key = self._memo_key(stage, source, sources, earlier)
-        kept = memo.get(key) if memo else None
+        if self.options.memo_dir is None:
+            return self._grade(stage, source, sources, earlier)
+        memo = StageMemo(self.options.memo_dir)
+        # Everything the result depends on: the source and its first cell line, the baseline it is timed
+        # against, the options (the seed and the rubric's hash among them), the device and the grader.
+        own = _own_baseline(stage, sources, earlier)
+        key = StageMemo.key(
+            stage.id, source.text, source.cell_line(1), own.text if own else "reference",
+            replace(self.options, memo_dir=None, backend_options={}), self.worker.device, grader_version(),
+        )
+        kept = memo.get(key)
         if kept is not None:
             return kept
         result = self._grade(stage, source, sources, earlier)
-        if memo:
-            memo.put(key, result)
+        memo.put(key, result)
         return result
-
-    def _memo_key(
-        self,
-        stage: Stage,
-        source: KernelSource,
-        sources: Mapping[str, KernelSource | None],
-        earlier: Mapping[str, StageResult],
-    ) -> str:
-        """Everything a stage's result depends on (autograder.memo)."""
-        baseline = "reference"
-        if stage.previous:
-            own, own_result = sources.get(stage.previous), earlier.get(stage.previous)
-            if own is not None and own_result is not None and own_result.status is Status.CORRECT:
-                baseline = own.text
-        options = replace(self.options, memo_dir=None, backend_options={})
-        return StageMemo.key(
-            stage.id, source.text, source.cell_line(1), baseline, options, self.options.rubric.label,
-            self.worker.device, grader_version(),
-        )
 
     def _grade(
         self,
@@ -318,9 +306,8 @@ class _StageGrader:
         baseline = None
         if stage.previous:
             previous = get_stage(stage.previous)
-            own = sources.get(stage.previous)
-            own_result = earlier.get(stage.previous)
-            if own is not None and own_result is not None and own_result.status is Status.CORRECT:
+            own = _own_baseline(stage, sources, earlier)
+            if own is not None:
                 baseline = f"your {stage.previous}"
                 kernels.append(TimedKernel(baseline, stage.previous, self.builder.build(previous, own)))
             else:
@@ -403,6 +390,14 @@ class _Phases:
     @property
     def seconds(self) -> tuple[tuple[str, float], ...]:
         return tuple((phase, round(seconds, 4)) for phase, seconds in self._seconds.items())
+
+
+def _own_baseline(
+    stage: Stage, sources: Mapping[str, KernelSource | None], earlier: Mapping[str, StageResult]
+) -> KernelSource | None:
+    """The student's own previous stage, when it is correct: the kernel a stage's speedup is measured over."""
+    own, own_result = sources.get(stage.previous or ""), earlier.get(stage.previous or "")
+    return own if own is not None and own_result is not None and own_result.status is Status.CORRECT else None
 
 
 def _collect(findings: dict[tuple, Finding], new: tuple[Finding, ...]) -> None:

@@ -15,7 +15,6 @@ a pair of file locks, so it holds across the processes of a local cluster as wel
 from __future__ import annotations
 
 import fcntl
-import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -110,7 +109,3 @@ def _client(client_class: Any, cluster_class: Any, workers: int, scheduler: str 
     ):
         yield client
 
-
-def default_workers() -> int:
-    """Students graded at once on this machine when not told: one per core."""
-    return max(1, len(os.sched_getaffinity(0)))

@@ -66,8 +66,8 @@ def time_interleaved(
     """
     stage = get_stage(kernels[0].stage_id)
     size = settings.size_of(stage.shape)
-    data = _timing_input(seed, size)
-    checker = _Checker(stage, data, settings.block_size, np.random.default_rng((seed, 1)))
+    data, expected, tolerance = _timing_input(seed, size, stage, settings.block_size)
+    checker = _Checker(stage, data, expected, tolerance, np.random.default_rng((seed, 1)))
     plans: list[Plan] = []
     samples: list[list[float]] = [[] for _ in kernels]
     try:
@@ -115,12 +115,16 @@ _INPUTS: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
 _REFERENCES: dict[tuple[int, tuple[int, ...], str, int], tuple[float, float]] = {}
 
 
-def _timing_input(seed: int, size: tuple[int, ...]) -> np.ndarray:
-    key = (seed, size)
-    if key not in _INPUTS:
+def _timing_input(seed: int, size: tuple[int, ...], stage: Stage, block_size: int) -> tuple[np.ndarray, float, float]:
+    """The input of `size` drawn from `seed`, and its expected result and tolerance for `stage`."""
+    if (seed, size) not in _INPUTS:
         rng = np.random.default_rng(seed)
-        _INPUTS[key] = (rng.random(math.prod(size), dtype=np.float32) * 2.0 - 0.75).astype(np.float32)
-    return _INPUTS[key]
+        _INPUTS[seed, size] = (rng.random(math.prod(size), dtype=np.float32) * 2.0 - 0.75).astype(np.float32)
+    data = _INPUTS[seed, size]
+    # The tolerance hardly moves as single values change, so it is computed once for an input.
+    if (seed, size, stage.id, block_size) not in _REFERENCES:
+        _REFERENCES[seed, size, stage.id, block_size] = reference(stage, data, block_size)
+    return data, *_REFERENCES[seed, size, stage.id, block_size]
 
 
 class _Checker:
@@ -129,17 +133,15 @@ class _Checker:
     `restore` puts the changed values back, so the next group of kernels times the same input again.
     """
 
-    def __init__(self, stage: Stage, data: np.ndarray, block_size: int, rng: np.random.Generator) -> None:
+    def __init__(
+        self, stage: Stage, data: np.ndarray, expected: float, tolerance: float, rng: np.random.Generator
+    ) -> None:
         self.stage = stage
         self.data = data
+        self.expected, self.tolerance = expected, tolerance
         self.rng = rng
         self.calls = 0
         self.original: dict[int, np.float32] = {}
-        # The tolerance hardly moves as single values change, so it is computed once for an input.
-        key = (id(data), data.shape, stage.id, block_size)
-        if key not in _REFERENCES:
-            _REFERENCES[key] = reference(stage, data, block_size)
-        self.expected, self.tolerance = _REFERENCES[key]
 
     def restore(self) -> None:
         for index, value in self.original.items():

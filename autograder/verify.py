@@ -157,8 +157,8 @@ def compiled(backend: Backend, stage_id: str, kernel: Build | KernelSource) -> K
         if key not in _loaded:
             _loaded[key] = backend.compile(kernel, get_stage(stage_id))
         return _loaded[key]
-    digest = hashlib.sha256(b"".join(data for _, data in kernel.files)).hexdigest()
-    key = ("build", kernel.stage_id, digest, repr(kernel.source.location))
+    # A build is a function of its source: the same text and cell give the same build.
+    key = ("build", kernel.stage_id, kernel.source.text, repr(kernel.source.location))
     if key not in _loaded:
         _loaded[key] = backend.load(kernel)
     return _loaded[key]

@@ -6,13 +6,15 @@ from its type annotations, and a value of the wrong type, an unknown record or e
 the size cap is refused (WireError). Nothing is unpickled.
 
 Values that cross: None, bools, numbers (NaN and infinities too), strings, lists and tuples, dicts with string
-keys, float32/float64 numpy arrays, the records of `ALLOWED_RECORDS` and the errors of `ALLOWED_ERRORS`.
+keys, float32/float64 numpy arrays, the records of autograder.records (and of the calibration and timing
+settings), and the grader's own errors.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 import math
 import types
@@ -53,15 +55,11 @@ def _error_classes() -> dict[str, type[GraderError]]:
     return {cls.__name__: cls for cls in classes}
 
 
-ALLOWED_RECORDS: dict[str, type] = {}
-ALLOWED_ERRORS: dict[str, type[GraderError]] = {}
-
-
+@functools.cache
 def _registries() -> tuple[dict[str, type], dict[str, type[GraderError]]]:
-    if not ALLOWED_RECORDS:
-        ALLOWED_RECORDS.update(_record_classes())
-        ALLOWED_ERRORS.update(_error_classes())
-    return ALLOWED_RECORDS, ALLOWED_ERRORS
+    """The record and error classes a reply may name (looked up on first use: calibration and timing import
+    the worker's modules, which import this one)."""
+    return _record_classes(), _error_classes()
 
 
 # --- encoding (in the worker) ------------------------------------------------------------------------------

@@ -180,7 +180,7 @@ def compile_kernel(toolchain: Toolchain, source: KernelSource, stage: Stage, san
     into the cache and records each file's SHA-256, which is checked whenever the cache is read.
     """
     rewritten = rewrite_source(
-        source.text, lambda text: _preprocess(toolchain, sandbox, text, source, stage), SOURCE_NAME
+        source.text, lambda text: _preprocess(toolchain, sandbox, text, source), SOURCE_NAME
     )
     text = rewritten.text + entry_code(stage, ENTRY_LINE)
     include_flags = () if rewritten.preprocessed else PRELUDE_FLAGS  # preprocessed text holds the prelude
@@ -219,10 +219,10 @@ def compile_kernel(toolchain: Toolchain, source: KernelSource, stage: Stage, san
             compiled_checked, compiled_fast = checked_run.result(), fast_run.result()
         if compiled_checked.returncode != 0 or compiled_fast.returncode != 0:
             log = compiled_checked.stderr if compiled_checked.returncode != 0 else compiled_fast.stderr
-            raise _compile_error(log, source, stage)
+            raise _compile_error(log, source)
         linked = run([toolchain.compiler, "-shared", "checked.o", *link, "-o", "checked.so"])
         if linked.returncode != 0:
-            raise _compile_error(linked.stderr, source, stage)
+            raise _compile_error(linked.stderr, source)
         _refuse_forbidden_imports(run(["nm", "-D", "--undefined-only", "checked.so", "fast.so"]).stdout)
         lines = _line_table(build / "checked.so", run)
         _publish(build / "fast.so", fast)
@@ -235,7 +235,7 @@ COMPILE_SECONDS = 60.0
 PRELUDE_FLAGS = ("-include", str(RUNTIME_DIR / "ag_prelude.h"), "-I", str(RUNTIME_DIR))
 
 
-def _preprocess(toolchain: Toolchain, sandbox: Sandbox, text: str, source: KernelSource, stage: Stage) -> str:
+def _preprocess(toolchain: Toolchain, sandbox: Sandbox, text: str, source: KernelSource) -> str:
     """`g++ -E` of `text` with the prelude, keeping `__shared__` for the rewrite (rewrite.rewrite_source)."""
     with tempfile.TemporaryDirectory(dir=toolchain.cache, prefix="cpp-") as directory:
         folder = Path(directory)
@@ -243,8 +243,10 @@ def _preprocess(toolchain: Toolchain, sandbox: Sandbox, text: str, source: Kerne
         argv = [toolchain.compiler, *COMMON_FLAGS, "-E", "-DAG_PREPROCESSING", *PRELUDE_FLAGS, "-x", "c++", SOURCE_NAME]
         result = sandbox.run_tool(argv, folder, COMPILE_SECONDS, readable=(RUNTIME_DIR,))
     if result.returncode != 0:
-        raise _compile_error(result.stderr, source, stage)
+        raise _compile_error(result.stderr, source)
     return result.stdout
+
+
 # Functions a kernel library may not import: the grader's runtime API (only its hooks are for kernel code),
 # and what could start programs, load code or reach out. The source policy refuses their names; this check
 # sees what the linker saw, whatever macros built the names. The sandbox and seccomp stop them regardless.
@@ -416,16 +418,11 @@ def _nearby_student_line(entries: list[tuple[str, int, str]], index: int) -> int
     return None
 
 
-def _compile_error(log: str, source: KernelSource, stage: Stage) -> CompileError:
+def _compile_error(log: str, source: KernelSource) -> CompileError:
+    """The launcher names no kernel (the loader binds it: Stage.symbols), so every error is the student's."""
     messages = tuple(parse_diagnostics(log, source))
     errors = [m for m in messages if m.severity == "error"]
-    in_launcher = f'ag_entry.cu:{ENTRY_LINE}' in log and not any(m.line is not None for m in errors)
-    if in_launcher:
-        summary = (
-            f"no kernel `{stage.kernel_name}` that the grader can launch: the stage needs `{stage.signature}`"
-        )
-        messages = (*messages, CompilerMessage("error", None, summary))
-    elif errors:
+    if errors:
         first = errors[0]
         where = f" (line {first.line})" if first.line is not None else ""
         summary = f"the kernel did not compile{where}: {first.text}"
