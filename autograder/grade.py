@@ -187,7 +187,7 @@ class _StageGrader:
         )
         kept = memo.get(key)
         if kept is not None:
-            return kept
+            return replace(kept, phases=())  # graded before: this student's stage cost no compile, check or timing
         result = self._grade(stage, source, sources, earlier)
         memo.put(key, result)
         return result

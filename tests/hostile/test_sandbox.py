@@ -233,3 +233,29 @@ def test_a_tampered_cache_artefact_is_never_loaded(tmp_path: Path) -> None:
     # bytes differ from the first build's), and the cache holds the new build again.
     assert b"planted" not in again.file("fast.so") and len(again.file("fast.so")) > len(first.file("fast.so")) // 2
     assert planted.read_bytes() == again.file("fast.so")
+
+
+def test_a_compiler_cannot_read_host_files_through_an_include(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.h"
+    secret.write_text("#error SECRET-CONTENT\n")
+    folder = tmp_path / "build"
+    folder.mkdir()
+    (folder / "k.cu").write_text(f'#include "{secret}"\n#include "/etc/passwd"\n#include "{ROOT}/README.md"\n')
+    result = Sandbox().run_tool(["g++", "-x", "c++", "-E", "k.cu"], folder, timeout=60)
+    assert result.returncode != 0
+    assert "SECRET-CONTENT" not in result.stdout + result.stderr
+    assert result.stderr.count("No such file or directory") >= 1
+
+
+def test_a_static_initialiser_cannot_take_the_hosts_memory() -> None:
+    prelude = """
+static int hoard() {
+    char *p = (char *)malloc(64ULL << 30);  /* 64 GiB: past the worker's data limit */
+    if (!p) return 0;
+    for (unsigned long long i = 0; i < (64ULL << 30); i += 4096) p[i] = 1;
+    return 1000;
+}
+static int hoarded = hoard();
+"""
+    value, expected = run_in_sandbox(attack_kernel(prelude, "hoarded"))
+    assert value == expected
