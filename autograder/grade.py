@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autograder import calibration as calibrations
-from autograder import technique
+from autograder import sanitizer, technique
 from autograder.build import Builder
 from autograder.errors import CompileError, GraderError, KernelFault, KernelTimeout, NotebookError
 from autograder.isolation import Worker
@@ -37,8 +37,8 @@ from autograder.references import reference_source, references_available
 from autograder.rubric import Rubric, judge_speed, load_rubric, score
 from autograder.sandbox import Sandbox
 from autograder.schedule import gpu_gate
-from autograder.stages import STAGE_IDS, Stage, get_stage
-from autograder.timing import TimedKernel, WrongTimedResult, time_interleaved
+from autograder.stages import STAGE_IDS, Shape, Stage, get_stage
+from autograder.timing import TimedKernel, WrongTimedResult, prepare_timing, time_interleaved
 from autograder.verify import (
     analysis_cases,
     correctness_cases,
@@ -67,6 +67,8 @@ class GradeOptions:
     # On the GPU, also run each kernel on the CPU backend over a few small inputs: a GPU run cannot show a
     # race that happened to give the right sum, and the rubric prices races the same on both backends.
     race_checks: bool = True
+    # On the GPU, also run compute-sanitizer's memcheck, racecheck and synccheck over a small input of each stage.
+    sanitizer_checks: bool = True
     backend_options: Mapping[str, object] = field(default_factory=dict)
     sandbox: bool = True  # compile and run student code in the sandbox (autograder.sandbox); False: --no-sandbox
     memo_dir: Path | None = None  # where a class keeps its stage results, so identical kernels are graded once
@@ -119,12 +121,7 @@ def grade_stages(
     with _worker_for(options, worker) as active:
         grader = _StageGrader(options, active)
         try:
-            for stage_id in wanted:
-                if progress:
-                    progress(stage_id)
-                results[stage_id] = grader.grade(
-                    get_stage(stage_id), sources.get(stage_id), (problems or {}).get(stage_id), sources, results
-                )
+            grader.grade(wanted, sources, problems or {}, results, progress)
         finally:
             grader.close()
     return tuple(results[stage_id] for stage_id in wanted)
@@ -164,41 +161,59 @@ class _StageGrader:
 
     def grade(
         self,
+        wanted: Sequence[str],
+        sources: Mapping[str, KernelSource | None],
+        problems: Mapping[str, str],
+        results: dict[str, StageResult],
+        progress: Progress | None,
+    ) -> None:
+        """Grade the `wanted` stages into `results`, as a pipeline over the student's stages: each stage is
+        compiled and checked in turn, then all of them go through compute-sanitizer together and are timed
+        together (one group per input shape, the GPU alone), then scored."""
+        checked: list[_Checked] = []
+        for stage_id in wanted:
+            if progress:
+                progress(stage_id)
+            outcome = self._check(get_stage(stage_id), sources.get(stage_id), problems.get(stage_id), sources, results)
+            if isinstance(outcome, _Checked):
+                checked.append(outcome)
+                outcome = outcome.result
+            results[stage_id] = outcome
+        self._sanitize(checked)
+        self._time(checked, sources, results)
+        for item in checked:
+            results[item.stage.id] = final = self._finish(item.stage, replace(item.result, phases=item.phases.seconds))
+            own = _own_baseline(item.stage, sources, results)
+            if item.memo_key is not None and (own.text if own else None) == item.baseline:
+                StageMemo(self.options.memo_dir).put(item.memo_key, final)  # type: ignore[arg-type]
+
+    def _check(
+        self,
         stage: Stage,
         source: KernelSource | None,
         problem: str | None,
         sources: Mapping[str, KernelSource | None],
         earlier: Mapping[str, StageResult],
-    ) -> StageResult:
+    ) -> StageResult | _Checked:
+        """A finished result (nothing to run, a compile error, or the class memo's), or a stage compiled and
+        checked, for the phases that take all of a student's stages together."""
         if problem:
             return self._finish(stage, StageResult(stage.id, Status.INVALID_CELL, problem))
         if source is None:
             message = "not attempted: the kernel cell is missing, empty, or still the released stub"
             return self._finish(stage, StageResult(stage.id, Status.NOT_ATTEMPTED, message))
-        if self.options.memo_dir is None:
-            return self._grade(stage, source, sources, earlier)
-        memo = StageMemo(self.options.memo_dir)
-        # Everything the result depends on: the source and its first cell line, the baseline it is timed
-        # against, the options (the seed and the rubric's hash among them), the device and the grader.
         own = _own_baseline(stage, sources, earlier)
-        key = StageMemo.key(
-            stage.id, source.text, source.cell_line(1), own.text if own else "reference",
-            replace(self.options, memo_dir=None, backend_options={}), self.worker.device, grader_version(),
-        )
-        kept = memo.get(key)
-        if kept is not None:
-            return replace(kept, phases=())  # graded before: this student's stage cost no compile, check or timing
-        result = self._grade(stage, source, sources, earlier)
-        memo.put(key, result)
-        return result
-
-    def _grade(
-        self,
-        stage: Stage,
-        source: KernelSource,
-        sources: Mapping[str, KernelSource | None],
-        earlier: Mapping[str, StageResult],
-    ) -> StageResult:
+        key = None
+        if self.options.memo_dir is not None:
+            # Everything the result depends on: the source and its first cell line, the baseline it is timed
+            # against, the options (the seed and the rubric's hash among them), the device and the grader.
+            key = StageMemo.key(
+                stage.id, source.text, source.cell_line(1), own.text if own else "reference",
+                replace(self.options, memo_dir=None, backend_options={}), self.worker.device, grader_version(),
+            )
+            kept = StageMemo(self.options.memo_dir).get(key)
+            if kept is not None:
+                return replace(kept, phases=())  # graded before: this student's stage cost no compile, check or timing
         phases = _Phases()
         try:
             with phases("compile"):
@@ -216,10 +231,7 @@ class _StageGrader:
             if result.status in (Status.CORRECT, Status.INCORRECT):
                 checks = technique.check(stage, source, result.metrics, self.worker.sandbox, self.rubric.block_size)
                 result = replace(result, technique=checks)
-        if result.status is Status.CORRECT:
-            with phases("timing"):
-                result = self._time(stage, build, result, sources, earlier)
-        return self._finish(stage, replace(result, phases=phases.seconds))
+        return _Checked(stage, source, build, result, phases, key, own.text if own else None)
 
     def _verify(self, stage: Stage, build: Build) -> StageResult:
         block_size = self.rubric.block_size
@@ -291,46 +303,122 @@ class _StageGrader:
         advice = hint(stage, result.cases, self.rubric.block_size, distinct) if result.hint else None
         return replace(result, message=message, findings=distinct, metrics=metrics, hint=advice)
 
+    def _sanitize(self, checked: list[_Checked]) -> None:
+        """compute-sanitizer over every stage that ran (autograder.sanitizer), its findings joined with the
+        CPU analysis's. On the GPU only; where it is not installed, each stage's message says so."""
+        ran = [item for item in checked if item.result.status in (Status.CORRECT, Status.INCORRECT, Status.CRASHED)]
+        if not ran or self.worker.device.backend != "gpu" or not self.options.sanitizer_checks:
+            return
+        tool = sanitizer.find_sanitizer()
+        if tool is None:
+            for item in ran:
+                note = "compute-sanitizer is not installed here: the GPU's own checks did not run"
+                item.result = replace(item.result, message=f"{item.result.message} ({note})")
+            return
+        started = time.perf_counter()
+        outcome = sanitizer.sanitize(
+            {item.stage.id: item.build for item in ran},
+            tool,
+            self.worker.sandbox,
+            self.options.backend_options,
+            self.rubric.block_size,
+            self.gpu,
+        )
+        share = (time.perf_counter() - started) / len(ran)
+        for item in ran:
+            findings: dict[tuple, Finding] = {}
+            _collect(findings, item.result.findings)
+            _collect(findings, outcome.findings[item.stage.id])
+            distinct = _distinct(findings)
+            result = item.result
+            advice = hint(item.stage, result.cases, self.rubric.block_size, distinct) if result.hint else None
+            message = "; ".join((result.message, *outcome.notes[item.stage.id]))
+            item.result = replace(result, findings=distinct, hint=advice, message=message)
+            item.phases.add("sanitizer", share)
+
     def _time(
-        self,
-        stage: Stage,
-        build: Build,
-        result: StageResult,
-        sources: Mapping[str, KernelSource | None],
-        earlier: Mapping[str, StageResult],
-    ) -> StageResult:
+        self, checked: list[_Checked], sources: Mapping[str, KernelSource | None], results: dict[str, StageResult]
+    ) -> None:
+        """Time every correct stage: one group per input shape, every kernel interleaved with the others."""
+        correct = [item for item in checked if item.result.status is Status.CORRECT]
         unmeasured = self._unmeasured_reason()
-        if unmeasured:
-            return replace(result, performance=Performance(PerfVerdict.NOT_MEASURED, unmeasured))
-        kernels = [TimedKernel("yours", stage.id, build)]
-        baseline = None
-        if stage.previous:
-            previous = get_stage(stage.previous)
-            own = _own_baseline(stage, sources, earlier)
-            if own is not None:
-                baseline = f"your {stage.previous}"
-                kernels.append(TimedKernel(baseline, stage.previous, self.builder.build(previous, own)))
-            else:
-                baseline = f"reference {stage.previous}"
-                reference = self.builder.build(previous, reference_source(stage.previous))
-                kernels.append(TimedKernel(baseline, stage.previous, reference))
-        reference = self.builder.build(stage, reference_source(stage.id))
-        kernels.append(TimedKernel(f"reference {stage.id}", stage.id, reference))
+        for item in correct if unmeasured else ():
+            item.result = replace(item.result, performance=Performance(PerfVerdict.NOT_MEASURED, unmeasured))
+        for shape in () if unmeasured else (Shape.SUM_1D, Shape.MAX_2D):
+            group = [item for item in correct if item.stage.shape is shape]
+            if group:
+                started = time.perf_counter()
+                self._time_group(group, sources, results)
+                for item in group:
+                    item.phases.add("timing", (time.perf_counter() - started) / len(group))
+
+    def _time_group(
+        self, group: list[_Checked], sources: Mapping[str, KernelSource | None], results: dict[str, StageResult]
+    ) -> None:
+        """Time the stages of `group` and their baselines and references, all interleaved, with the GPU alone.
+
+        A kernel wrong in a timed call makes its stage incorrect, and the others are timed again without it;
+        a hang or a crash sends each stage to be timed on its own, so that only the culprit's stage loses.
+        """
+        kernels: dict[str, TimedKernel] = {}
+        compared: dict[str, tuple[str, str | None, str]] = {}  # stage id: (yours, its baseline, its reference)
+        built = {item.stage.id: item.build for item in group}
+        for item in group:
+            stage = item.stage
+            yours = f"your {stage.id}"
+            kernels[yours] = TimedKernel(yours, stage.id, item.build)
+            baseline = None
+            if stage.previous:
+                previous = get_stage(stage.previous)
+                own = _own_baseline(stage, sources, results)
+                baseline = f"your {previous.id}" if own is not None else f"reference {previous.id}"
+                if baseline not in kernels:
+                    build = built.get(previous.id) if own is not None else None
+                    build = build or self.builder.build(previous, own or reference_source(previous.id))
+                    kernels[baseline] = TimedKernel(baseline, previous.id, build)
+            reference = f"reference {stage.id}"
+            if reference not in kernels:
+                build = self.builder.build(stage, reference_source(stage.id))
+                kernels[reference] = TimedKernel(reference, stage.id, build)
+            compared[stage.id] = (yours, baseline, reference)
         timing = self.rubric.timing
         limit = timing.budget_seconds * 2 + 120
         try:
+            # The inputs are drawn first: host work that need not hold the GPU.
+            self.worker.call(prepare_timing, tuple(compared), timing, self.options.seed, timeout=limit)
             with gpu_gate(self.gpu, exclusive=True):
-                timings = self.worker.call(time_interleaved, tuple(kernels), timing, self.options.seed, timeout=limit)
+                group_kernels = tuple(kernels.values())
+                measured = self.worker.call(time_interleaved, group_kernels, timing, self.options.seed, timeout=limit)
         except WrongTimedResult as error:
-            return replace(
-                result, status=Status.INCORRECT, message=str(error), hint="results must not depend on the call"
-            )
-        except KernelTimeout as error:
-            return replace(result, status=Status.TIMEOUT, message=f"timing stopped: {error}")
-        except KernelFault as error:
-            return replace(result, status=Status.CRASHED, message=f"crashed while timed: {error}")
-        step = self.calibration().step(stage.id) if baseline else None
-        return replace(result, performance=judge_speed(self.rubric, timings, baseline, step))
+            culprit = next((item for item in group if str(error).startswith(f"your {item.stage.id}:")), None)
+            if culprit is None or len(group) == 1:
+                culprit = culprit or group[0]
+            hint_text = "results must not depend on the call"
+            wrong = replace(culprit.result, status=Status.INCORRECT, message=str(error), hint=hint_text)
+            culprit.result = results[culprit.stage.id] = wrong
+            rest = [item for item in group if item is not culprit]
+            if rest:
+                self._time_group(rest, sources, results)
+            return
+        except (KernelTimeout, KernelFault) as error:
+            if len(group) > 1:
+                for item in group:
+                    self._time_group([item], sources, results)
+                return
+            (item,) = group
+            if isinstance(error, KernelTimeout):
+                item.result = replace(item.result, status=Status.TIMEOUT, message=f"timing stopped: {error}")
+            else:
+                item.result = replace(item.result, status=Status.CRASHED, message=f"crashed while timed: {error}")
+            results[item.stage.id] = item.result
+            return
+        by_label = {timing.label: timing for timing in measured}
+        for item in group:
+            yours, baseline, reference = compared[item.stage.id]
+            baselines = [by_label[baseline]] if baseline else []
+            timings = (replace(by_label[yours], label="yours"), *baselines, by_label[reference])
+            step = self.calibration().step(item.stage.id) if baseline else None
+            item.result = replace(item.result, performance=judge_speed(self.rubric, timings, baseline, step))
 
     def calibration(self) -> calibrations.Calibration:
         """This GPU's calibration; measured now (and kept in the user's cache) when none matches."""
@@ -373,11 +461,28 @@ class _StageGrader:
         return replace(result, points=points)
 
 
+@dataclass
+class _Checked:
+    """A stage compiled and checked, on its way through the phases that take a student's stages together."""
+
+    stage: Stage
+    source: KernelSource
+    build: Build
+    result: StageResult
+    phases: _Phases
+    memo_key: str | None  # where its result goes in the class memo; None without one
+    baseline: str | None  # the source of the student's own baseline it was keyed with; None: the reference
+
+
 class _Phases:
-    """Seconds spent in each phase of grading a stage (compile, correctness, analysis, timing)."""
+    """Seconds spent in each phase of grading a stage (compile, correctness, analysis, sanitizer, timing)."""
 
     def __init__(self) -> None:
         self._seconds: dict[str, float] = {}
+
+    def add(self, phase: str, seconds: float) -> None:
+        """Time of a phase that several stages share, this stage's part of it."""
+        self._seconds[phase] = self._seconds.get(phase, 0.0) + seconds
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
@@ -385,7 +490,7 @@ class _Phases:
         try:
             yield
         finally:
-            self._seconds[phase] = self._seconds.get(phase, 0.0) + time.perf_counter() - started
+            self.add(phase, time.perf_counter() - started)
 
     @property
     def seconds(self) -> tuple[tuple[str, float], ...]:

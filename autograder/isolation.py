@@ -49,13 +49,16 @@ class Worker:
         options: dict[str, Any] | None = None,
         sandbox: sandboxing.Sandbox | None = None,
         readable: tuple[Path, ...] = (),
+        launcher: tuple[str, ...] = (),
     ) -> None:
         """`sandbox`: how student code is isolated (default: sandboxed); `readable`: extra folders the worker
-        may read, for the trusted modules of a test or a benchmark whose functions it runs."""
+        may read, for the trusted modules of a test or a benchmark whose functions it runs; `launcher`: a
+        program that starts the worker's interpreter (compute-sanitizer), inside the same sandbox."""
         self.backend_name = backend
         self.options = dict(options or {})
         self.sandbox = sandbox or sandboxing.Sandbox()
         self.readable = readable
+        self.launcher = launcher
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
         self._log = Path(tempfile.mkstemp(prefix="autograder-worker-", suffix=".log")[1])
@@ -83,15 +86,35 @@ class Worker:
         return self._receive(timeout, what=getattr(fn, "__name__", "call"))
 
     def close(self) -> None:
+        self.shut_down()
+        self._log.unlink(missing_ok=True)
+
+    def shut_down(self, wait: float = 5.0) -> None:
+        """Ask the worker to exit and wait up to `wait` seconds (a launcher prints its summary then)."""
         if self._alive():
             try:
                 assert self._connection is not None and self._process is not None
                 self._connection.send(None)
-                self._process.wait(timeout=5)
+                self._process.wait(timeout=wait)
             except (OSError, EOFError, subprocess.TimeoutExpired):
                 pass
         self._stop()
-        self._log.unlink(missing_ok=True)
+
+    def report_lines(self, prefix: str, limit: int) -> list[str]:
+        """The lines of the worker's output that start with `prefix` (without it), at most `limit`: a
+        launcher's report, read as data. The whole output is scanned, so what the student's kernel printed
+        cannot push the report out of reach."""
+        found: list[str] = []
+        try:
+            with open(self._log, "rb") as log:
+                for raw in log:
+                    if raw.startswith(prefix.encode()):
+                        found.append(raw[len(prefix) :].decode(errors="replace").rstrip("\n"))
+                        if len(found) >= limit:
+                            break
+        except OSError:
+            pass
+        return found
 
     def _alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
@@ -108,7 +131,7 @@ class Worker:
         options, runtime = _worker_options(self.backend_name, {**self.options, "sandbox": self.sandbox.enabled})
         try:
             self._process = self.sandbox.start_worker(
-                [sys.executable, "-m", "autograder.isolation", str(theirs.fileno())],
+                [*self.launcher, sys.executable, "-m", "autograder.isolation", str(theirs.fileno())],
                 log=self._log,
                 channel=theirs,
                 gpu=self.backend_name in ("gpu", "auto"),

@@ -66,8 +66,10 @@ def time_interleaved(
     """
     stage = get_stage(kernels[0].stage_id)
     size = settings.size_of(stage.shape)
-    data, expected, tolerance = _timing_input(seed, size, stage, settings.block_size)
-    checker = _Checker(stage, data, expected, tolerance, np.random.default_rng((seed, 1)))
+    data, expected, _ = _timing_input(seed, size, stage, settings.block_size)
+    # One input for all: the expected value is the same, the tolerance each kernel's stage allows.
+    tolerances = {k.stage_id: _timing_input(seed, size, get_stage(k.stage_id), settings.block_size)[2] for k in kernels}
+    checker = _Checker(stage.shape, data, expected, tolerances, np.random.default_rng((seed, 1)))
     plans: list[Plan] = []
     samples: list[list[float]] = [[] for _ in kernels]
     try:
@@ -80,13 +82,13 @@ def time_interleaved(
         plans[0].load(data)
         for _ in range(settings.warmup):
             for kernel, plan in zip(kernels, plans, strict=True):
-                checker.call(backend, plan, kernel.label, timed=False)
+                checker.call(backend, plan, kernel, timed=False)
         started = time.monotonic()
         for round_number in range(settings.max_repetitions):
             # Rotate the order each round so that no kernel always follows the same neighbour.
             order = [(round_number + i) % len(kernels) for i in range(len(kernels))]
             for index in order:
-                samples[index].append(checker.call(backend, plans[index], kernels[index].label, timed=True))
+                samples[index].append(checker.call(backend, plans[index], kernels[index], timed=True))
             enough = round_number + 1 >= settings.min_repetitions and all(
                 relative_standard_error(s) < settings.target_rse for s in samples
             )
@@ -112,7 +114,15 @@ def time_interleaved(
 # The timing input of a worker, kept between stages: drawing 2^26 floats and summing them in float64 took most
 # of a stage's timing before (0.6 s of 1 s), although the GPU's own work is a few milliseconds.
 _INPUTS: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
-_REFERENCES: dict[tuple[int, tuple[int, ...], str, int], tuple[float, float]] = {}
+_REFERENCES: dict[tuple, tuple[float, float]] = {}
+
+
+def prepare_timing(backend: Backend, stage_ids: tuple[str, ...], settings: TimingSettings, seed: int) -> None:
+    """Draw the timing inputs of these stages and their expected results now, in the worker, before the grader
+    takes the GPU alone for the timing: seconds of host work that need not hold the GPU."""
+    for stage_id in stage_ids:
+        stage = get_stage(stage_id)
+        _timing_input(seed, settings.size_of(stage.shape), stage, settings.block_size)
 
 
 def _timing_input(seed: int, size: tuple[int, ...], stage: Stage, block_size: int) -> tuple[np.ndarray, float, float]:
@@ -121,10 +131,12 @@ def _timing_input(seed: int, size: tuple[int, ...], stage: Stage, block_size: in
         rng = np.random.default_rng(seed)
         _INPUTS[seed, size] = (rng.random(math.prod(size), dtype=np.float32) * 2.0 - 0.75).astype(np.float32)
     data = _INPUTS[seed, size]
-    # The tolerance hardly moves as single values change, so it is computed once for an input.
-    if (seed, size, stage.id, block_size) not in _REFERENCES:
-        _REFERENCES[seed, size, stage.id, block_size] = reference(stage, data, block_size)
-    return data, *_REFERENCES[seed, size, stage.id, block_size]
+    # The tolerance hardly moves as single values change, so it is computed once for an input. It depends on
+    # the stage only through its shape and its elements per thread.
+    key = (seed, size, stage.shape, stage.elements_per_thread, block_size)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = reference(stage, data, block_size)
+    return data, *_REFERENCES[key]
 
 
 class _Checker:
@@ -134,11 +146,11 @@ class _Checker:
     """
 
     def __init__(
-        self, stage: Stage, data: np.ndarray, expected: float, tolerance: float, rng: np.random.Generator
+        self, shape: Shape, data: np.ndarray, expected: float, tolerances: dict[str, float], rng: np.random.Generator
     ) -> None:
-        self.stage = stage
+        self.shape = shape
         self.data = data
-        self.expected, self.tolerance = expected, tolerance
+        self.expected, self.tolerances = expected, tolerances
         self.rng = rng
         self.calls = 0
         self.original: dict[int, np.float32] = {}
@@ -154,7 +166,7 @@ class _Checker:
         old = float(self.data[index])
         self.data[index] = np.float32(self.rng.random() * 2.0 - 0.75)
         new = float(self.data[index])
-        if self.stage.shape is Shape.SUM_1D:
+        if self.shape is Shape.SUM_1D:
             self.expected += new - old
         elif new >= self.expected:
             self.expected = new
@@ -162,7 +174,7 @@ class _Checker:
             self.expected = float(self.data.max())
         return index
 
-    def call(self, backend: Backend, plan: Plan, label: str, *, timed: bool) -> float:
+    def call(self, backend: Backend, plan: Plan, kernel: TimedKernel, *, timed: bool) -> float:
         index = self._perturb()
         backend.write(plan.input, self.data[index : index + 1], offset=index)
         plan.poison()
@@ -170,10 +182,10 @@ class _Checker:
         elapsed = backend.elapsed_ms(plan.run)
         got = plan.result()
         self.calls += 1
-        if not (math.isfinite(got) and abs(got - self.expected) <= self.tolerance):
+        if not (math.isfinite(got) and abs(got - self.expected) <= self.tolerances[kernel.stage_id]):
             when = "a timed call" if timed else "a warm-up call"
             raise WrongTimedResult(
-                f"{label}: {when} (call {self.calls}, n={plan.count}) gave {got!r}, expected {self.expected!r}; "
+                f"{kernel.label}: {when} (call {self.calls}, n={plan.count}) gave {got!r}, expected {self.expected!r}; "
                 "results must be right on every call, with fresh inputs"
             )
         return elapsed

@@ -4,7 +4,8 @@
 #
 #     source scripts/gpu-setup.sh && python3 -m pytest -m gpu -q
 #
-# .gpu-wheels/ comes from scripts/gpu-wheels.sh; it also holds bubblewrap's .deb, unpacked into /tmp/debs.
+# .gpu-wheels/ comes from scripts/gpu-wheels.sh; it also holds the .debs of bubblewrap and Boost.Context,
+# unpacked into /tmp/debs.
 # When it holds a built pycuda-*.whl, that is installed as is;
 # otherwise PyCUDA is built from its source distribution (about 70 s on 16 cores) and, when $OUT is set (the
 # lent GPU machine's folder of files that come back), the built wheel is copied there, to be put into
@@ -55,6 +56,12 @@ gpu_setup() {
     if ! command -v bwrap >/dev/null 2>&1 && [ -n "$deb" ]; then
         dpkg -x "$deb" /tmp/debs && export AUTOGRADER_BWRAP=/tmp/debs/usr/bin/bwrap
         echo "gpu-setup: bubblewrap from $deb"
+    fi
+    # Boost.Context's static library: the CPU analysis links it into its runtime (fast fibers, not ucontext).
+    deb=$(compgen -G "$wheels/libboost-context*-dev_*.deb" | head -n 1)
+    if [ -n "$deb" ]; then
+        dpkg -x "$deb" /tmp/debs && export LIBRARY_PATH="/tmp/debs/usr/lib/$(uname -m)-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+        echo "gpu-setup: Boost.Context from $deb"
     fi
 
     export PATH="$cuda_root/bin:$PATH"

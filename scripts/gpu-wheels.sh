@@ -44,9 +44,15 @@ packages=(
 )
 "${pip[@]}" download -q --no-deps "${target[@]}" -d "$dest" "${packages[@]}"
 
-# The sandbox's bubblewrap, which the GPU machine lacks: Debian's .deb, unpacked there by gpu-setup.sh.
-if command -v apt-get >/dev/null 2>&1 && ! compgen -G "$dest/bubblewrap_*.deb" >/dev/null; then
-    (cd "$dest" && apt-get download -q bubblewrap >/dev/null) || echo "could not download bubblewrap's .deb"
+# What the GPU machine lacks of the system: the sandbox's bubblewrap, and Boost.Context's static library for
+# the CPU analysis's fast fibers (its headers are there). Debian's .debs, unpacked there by gpu-setup.sh.
+if command -v apt-get >/dev/null 2>&1; then
+    boost=$(apt-cache depends libboost-context-dev | awk '/Depends: libboost-context/ {print $2; exit}')
+    for package in bubblewrap "$boost"; do
+        if ! compgen -G "$dest/${package}_*.deb" >/dev/null; then
+            (cd "$dest" && apt-get download -q "$package" >/dev/null 2>&1) || echo "could not download $package's .deb"
+        fi
+    done
 fi
 
 if [ "$notebooks" = 1 ]; then

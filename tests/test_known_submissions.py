@@ -36,7 +36,7 @@ def grade_one(worker: Worker, stage: str, text: str):
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
 def test_known_submission_gets_its_verdict(worker: Worker, case: dict) -> None:
-    # On the GPU the findings come from the CPU backend's analysis of the same kernel, so they are the same.
+    # On the GPU the findings are the CPU analysis's and compute-sanitizer's: `findings_gpu` says where they differ.
     result = grade_one(worker, case["stage"], (KNOWN / case["file"]).read_text())
     assert mismatches(result, case | {"perf": None}, worker.device.backend) == [], case["why"]
 

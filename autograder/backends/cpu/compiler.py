@@ -119,13 +119,16 @@ def prepare_toolchain(fibers: str = "auto", cache: Path | None = None, compiler:
     compiler, version = find_compiler(compiler)
     cache = cache or cache_directory()
     cache.mkdir(parents=True, exist_ok=True)
-    kinds = ["boost.context", "ucontext"] if fibers == "auto" else [fibers]
+    # Boost.Context linked statically where its archive is installed, so the runtime needs no shared Boost
+    # library at run time (a sandboxed worker sees only the system's folders; the GPU machine's Boost comes
+    # from a carried .deb, see scripts/gpu-setup.sh).
+    variants = [("boost.context", ["-l:libboost_context.a"]), ("boost.context", ["-lboost_context"])]
+    variants.append(("ucontext", []))
     failures = []
-    for kind in kinds:
+    for kind, libraries in [(kind, libraries) for kind, libraries in variants if fibers in ("auto", kind)]:
         flags = ["-std=gnu++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
-        libraries = ["-lboost_context"] if kind == "boost.context" else []
         flags.append("-DAG_REQUIRE_BOOST" if kind == "boost.context" else "-DAG_UCONTEXT")
-        key = _digest(compiler, version, kind, _runtime_sources(), " ".join(flags))
+        key = _digest(compiler, version, kind, _runtime_sources(), " ".join(flags + libraries))
         runtime = cache / f"libagrt-{key}.so"
         manifest = cache / f"libagrt-{key}.json"
         if _read_manifest(manifest, {"runtime": runtime}) is None:

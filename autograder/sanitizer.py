@@ -1,0 +1,206 @@
+"""The GPU's own checker: compute-sanitizer's memcheck, racecheck and synccheck over a small input of every
+stage, in the same sandbox as every worker.
+
+Each tool starts one sandboxed worker under `compute-sanitizer --tool T` and runs every stage of the student
+once on a small input (`SANITIZER_CASES`), in buffers without guard tails so that memcheck sees any access
+past the end. What the tool printed is data: only its own report lines (`=========`) are read, each error
+becomes a Finding of the same kinds the CPU analysis reports, attributed to a stage by its kernel's name and
+to a line of the notebook cell by the cubin's line table (`-lineinfo`).
+
+What each checker sees (measured on an H200, CUDA 13.0; tests/test_sanitizer.py):
+- memcheck: global and shared accesses outside an allocation (`out_of_bounds`). The CPU analysis sees the
+  same, and also a read past `n` that stays inside the guard tail of a graded run.
+- racecheck: shared-memory races. "Error" hazards between warps (`race_syncthreads`); "Warning" hazards
+  within a warp, such as an unrolled last warp without `__syncwarp` (`race_syncwarp`).
+- synccheck: invalid barrier use. It does NOT report a `__syncthreads()` that part of a block skips when the
+  skipping threads have exited or never reach another barrier (the textbook `if (tid < s) { ...;
+  __syncthreads(); }`): it gives the right sum on an H200 and 0 errors, while the CPU analysis reports
+  `barrier_divergence`.
+- None of them sees races between blocks on global memory (`g_out[0] = ...` from every block); the CPU
+  analysis reports `race_interblock`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.errors import KernelFault, KernelTimeout
+from autograder.isolation import Worker
+from autograder.records import Build, Finding
+from autograder.sandbox import Sandbox
+from autograder.schedule import gpu_gate
+from autograder.stages import Shape, get_stage
+from autograder.verify import Case, sanitized_run
+
+TOOLS = ("memcheck", "racecheck", "synccheck")
+# Small inputs: several blocks, the last one partial, so bounds and every round of the tree are exercised.
+SANITIZER_CASES = {Shape.SUM_1D: Case((1000,), "random", 7), Shape.MAX_2D: Case((37, 29), "random", 7)}
+SECONDS_PER_RUN = 120.0
+PRINT_LIMIT = 20  # reports per tool and process: the first ones name the lines; the rest repeat them
+PREFIX = "========= "
+MAX_REPORT_LINES = 20_000  # report lines read from one tool's output: far more than PRINT_LIMIT reports take
+
+
+@dataclass(frozen=True)
+class SanitizerResult:
+    """Per stage: the findings, and a note where a tool could not finish on that stage's kernel."""
+
+    findings: Mapping[str, tuple[Finding, ...]]
+    notes: Mapping[str, tuple[str, ...]]
+
+
+def find_sanitizer() -> str | None:
+    """compute-sanitizer on the PATH, or beside nvcc in the CUDA toolkit; None where it is not installed."""
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        beside = Path(nvcc).resolve().parent.parent / "compute-sanitizer" / "compute-sanitizer"
+        if os.access(beside, os.X_OK):
+            return str(beside)
+    return None
+
+
+def sanitize(
+    builds: Mapping[str, Build],
+    sanitizer: str,
+    sandbox: Sandbox,
+    backend_options: Mapping[str, object],
+    block_size: int,
+    gpu: int | None,
+) -> SanitizerResult:
+    """Run each tool over every stage's build (stage id -> GPU build) on GPU `gpu`, sharing it as correctness
+    runs do (never while it times). Never raises for what a kernel does."""
+    findings: dict[str, list[Finding]] = {stage_id: [] for stage_id in builds}
+    notes: dict[str, list[str]] = {stage_id: [] for stage_id in builds}
+    for tool in TOOLS:
+        launcher = (sanitizer, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--check-exit-code", "no")
+        failed: dict[str, str] = {}
+        with Worker("gpu", dict(backend_options), sandbox, launcher=launcher) as worker:
+            for stage_id, build in builds.items():
+                case = SANITIZER_CASES[get_stage(stage_id).shape]
+                try:
+                    with gpu_gate(gpu, exclusive=False):
+                        worker.call(sanitized_run, build, case, block_size, timeout=SECONDS_PER_RUN)
+                except KernelTimeout as error:
+                    failed[stage_id] = str(error).splitlines()[0]
+                except KernelFault as error:
+                    # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.
+                    failed[stage_id] = str(error).splitlines()[0]
+            worker.shut_down(wait=60.0)  # the tool reports a kernel's hazards by the time its process has ended
+            reported = parse_report(tool, worker.report_lines(PREFIX, MAX_REPORT_LINES), builds)
+        for stage_id, seen in reported.items():
+            findings[stage_id].extend(seen)
+        for stage_id, why in failed.items():
+            if not reported.get(stage_id):
+                notes[stage_id].append(f"compute-sanitizer {tool} could not finish on this kernel ({why[:160]})")
+    return SanitizerResult(
+        {stage_id: tuple(found) for stage_id, found in findings.items()},
+        {stage_id: tuple(found) for stage_id, found in notes.items()},
+    )
+
+
+# "at reduce_sequential(const float *, float *, unsigned int)+0xc0 in kernel.cu:9"
+_AT = re.compile(r"\bat (?P<function>.+?)\+0x[0-9a-f]+ in (?P<file>[^\s:]+)(?::(?P<line>\d+))?")
+_THREAD = re.compile(r"by thread \((?P<thread>[\d,]+)\) in block \((?P<block>[\d,]+)\)")
+_RACE = re.compile(
+    r"^(?P<severity>Error|Warning): Race reported between (?P<first>\w+) access at (?P<at>.+)$"
+)
+_HAZARDS = re.compile(r"\[(\d+) hazards?\]")
+_BEYOND = re.compile(r"bytes? (?P<side>after|before) the nearest allocation at \S+ of size (?P<size>\d+)")
+# Lines that are not a report of their own: banners, summaries and the host API errors a report causes.
+_NOT_REPORTS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Program hit", "Target application")
+
+
+def parse_report(tool: str, lines: list[str], builds: Mapping[str, Build]) -> dict[str, list[Finding]]:
+    """The findings in one tool's report lines (without the prefix), by stage."""
+    names = {get_stage(stage_id).kernel_name: stage_id for stage_id in builds}
+    found: dict[str, list[Finding]] = {}
+    for block in _blocks(lines):
+        header = block[0]
+        where = _location(block, names)
+        if where is None:
+            continue  # a report about no kernel of this student's (the grader's own code, say)
+        stage_id, line = where
+        finding = _finding(tool, header, block, get_stage(stage_id).kernel_name, builds[stage_id].source.cell_line)
+        if finding is not None:
+            found.setdefault(stage_id, []).append(finding)
+    return found
+
+
+def _blocks(lines: list[str]) -> list[list[str]]:
+    """Reports: a header line (no indent), then its indented lines, up to a blank line."""
+    blocks: list[list[str]] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        if not line.startswith(" "):
+            if not line.startswith(_NOT_REPORTS):
+                blocks.append([line])
+            else:
+                blocks.append([])  # ends the report before it
+        elif blocks and blocks[-1]:
+            blocks[-1].append(line.strip())
+    return [block for block in blocks if block]
+
+
+def _location(block: list[str], names: Mapping[str, str]) -> tuple[str, int | None] | None:
+    """The stage whose kernel the report is in, and the kernel source line, from its first `at` frame."""
+    for text in block:
+        match = _AT.search(text)
+        if match is None:
+            continue
+        function = match.group("function")
+        for name, stage_id in names.items():
+            if re.search(rf"\b{re.escape(name)}\b", function):
+                return stage_id, _source_line(text)
+    return None
+
+
+def _source_line(text: str) -> int | None:
+    match = _AT.search(text)
+    return int(match.group("line")) if match and match.group("line") else None
+
+
+def _finding(
+    tool: str, header: str, block: list[str], kernel: str, cell_line: Callable[[int | None], int | None]
+) -> Finding | None:
+    """One report as a Finding; its lines are the notebook cell's."""
+    thread_match = next((m for m in map(_THREAD.search, block) if m), None)
+    thread = f"block ({thread_match['block']}) thread ({thread_match['thread']})" if thread_match else None
+    line = cell_line(_source_line(header) or next(filter(None, map(_source_line, block)), None))
+    at_line = f" at line {line}" if line else ""
+    if tool == "memcheck":
+        message = f"compute-sanitizer memcheck: {header[0].lower()}{header[1:]}{at_line}"
+        beyond = next((m for m in map(_BEYOND.search, block) if m), None)
+        if beyond is not None:
+            end = "past the end" if beyond["side"] == "after" else "before the start"
+            message += f", {end} of a {beyond['size']}-byte buffer"
+        return Finding("out_of_bounds", message, line, thread, kernel)
+    if tool == "racecheck":
+        race = _RACE.match(header)
+        if race is None:
+            return None
+        partners = " and ".join(
+            f"a {text.split()[1].lower()}" + (f" at line {cell_line(_source_line(text))}" if _source_line(text) else "")
+            for text in block[1:]
+            if text.startswith("and ")
+        )
+        hazards = sum(int(n) for n in _HAZARDS.findall(" ".join(block)))
+        within_warp = race["severity"] == "Warning"
+        kind = "race_syncwarp" if within_warp else "race_syncthreads"
+        scope = "between lanes of one warp" if within_warp else "between warps"
+        message = (
+            f"compute-sanitizer racecheck: shared-memory race {scope}, a {race['first'].lower()}{at_line} against "
+            f"{partners or 'another access'} ({hazards} hazards on a small input)"
+        )
+        return Finding(kind, message, line, thread, kernel)
+    if tool == "synccheck":
+        return Finding("barrier_divergence", f"compute-sanitizer synccheck: {header}{at_line}", line, thread, kernel)
+    return None
