@@ -261,7 +261,13 @@ def _worker_options(backend: str, options: dict[str, Any]) -> tuple[dict[str, An
     must read. A sandboxed worker starts with an empty environment, its own home and a read-only view, so the
     CPU backend's runtime is built here first, and the worker is told which one (fibers kind and cache)."""
     if backend == "gpu":
-        return options, ()
+        from autograder.backends.gpu import find_nvcc, hold_ptx
+
+        nvcc = options.get("nvcc") or find_nvcc()
+        try:
+            return ({**options, "hold": hold_ptx(nvcc)} if nvcc else options), ()
+        except GraderError:
+            return options, ()  # the worker's backend says why when it starts
     from autograder.backends.cpu.compiler import cache_directory, prepare_toolchain
 
     fibers = options.get("fibers") or os.environ.get("AUTOGRADER_CPU_FIBERS") or "auto"

@@ -93,8 +93,14 @@ class GpuBusy:
 
 def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions) -> tuple[float, object, str]:
     started = time.monotonic()
+
+    def progress(_: str, done: int, total: int) -> None:
+        if done % 50 == 0 or done == total:  # a line now and then, so a run cut short still shows its rate
+            elapsed = time.monotonic() - started
+            print(f"  {done}/{total} graded in {elapsed:.0f} s ({done / elapsed * 60:.1f} a minute)", flush=True)
+
     with GpuBusy() as busy:
-        run = grade_class(folder, out, options, spread=spread)
+        run = grade_class(folder, out, options, spread=spread, on_student=progress)
     return time.monotonic() - started, run, busy.share()
 
 

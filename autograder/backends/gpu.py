@@ -91,6 +91,20 @@ extern "C" __global__ void autograder_hold(volatile unsigned int *release, unsig
 HOLD_LIMIT_NS = 200_000_000
 
 
+@functools.cache
+def hold_ptx(nvcc: str) -> bytes:
+    """The timing helper as PTX for any GPU (the driver compiles it when it is loaded), NUL-terminated as the
+    driver wants PTX. It is the grader's own code, compiled once per process outside the sandbox."""
+    with tempfile.TemporaryDirectory(prefix="autograder-hold-") as directory:
+        folder = Path(directory)
+        (folder / "hold.cu").write_text(_HOLD_SOURCE)
+        argv = [nvcc, "--ptx", "-o", "hold.ptx", "hold.cu"]
+        result = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=NVCC_SECONDS)
+        if result.returncode != 0:
+            raise errors.BackendUnavailable(f"nvcc cannot compile the timing helper: {result.stderr.strip()[-500:]}")
+        return (folder / "hold.ptx").read_bytes() + b"\0"
+
+
 def _cache_dir() -> Path:
     root = os.environ.get("AUTOGRADER_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autograder"
@@ -132,7 +146,10 @@ class GpuBackend(Backend):
         nvcc: str | None = None,
         options: tuple[str, ...] = NVCC_OPTIONS,
         sandbox: bool = True,
+        hold: bytes | None = None,
     ) -> None:
+        """`hold`: the timing helper's PTX (`hold_ptx`), compiled by the grader; a backend without it compiles
+        it now, which a fresh sandboxed worker per student would repeat."""
         try:
             import pycuda
             import pycuda.driver as cuda
@@ -175,8 +192,8 @@ class GpuBackend(Backend):
         self._arch = f"sm_{major}{minor}"
         self._options = tuple(options)
         self._sandbox = sandbox
-        # The grader's own timing helper, compiled now: a worker compiles nothing once it runs student code.
-        self._hold_cubin, _ = _nvcc_cubin(KernelSource(_HOLD_SOURCE), self._nvcc, self._arch, Sandbox(False), ())
+        # The grader's own timing helper, ready now: a worker compiles nothing once it runs student code.
+        self._hold_image = hold or hold_ptx(self._nvcc)
         self._stream = cuda.Stream()
         self._events = (cuda.Event(), cuda.Event())
         self._l2_bytes = int(self._device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
@@ -334,7 +351,7 @@ class GpuBackend(Backend):
     def _hold_kernel(self) -> tuple[Any, Any, int]:
         if self._hold is None:
             with self._driver_call("loading the timing helper"):
-                module = self._cuda.module_from_buffer(self._hold_cubin)
+                module = self._cuda.module_from_buffer(self._hold_image)
                 function = module.get_function("autograder_hold").prepare("PQ")
                 release = self._cuda.pagelocked_zeros((1,), np.uint32, mem_flags=self._cuda.host_alloc_flags.DEVICEMAP)
                 pointer = int(release.base.get_device_pointer())
