@@ -305,7 +305,8 @@ class _StageGrader:
 
     def _sanitize(self, checked: list[_Checked]) -> None:
         """compute-sanitizer over every stage that ran (autograder.sanitizer), its findings joined with the
-        CPU analysis's. On the GPU only; where it is not installed, each stage's message says so."""
+        CPU analysis's. On the GPU only; where it is not installed, each stage's message says so. In a class,
+        a kernel source is sanitized once: what the tools see depends on the source alone."""
         ran = [item for item in checked if item.result.status in (Status.CORRECT, Status.INCORRECT, Status.CRASHED)]
         if not ran or self.worker.device.backend != "gpu" or not self.options.sanitizer_checks:
             return
@@ -315,26 +316,38 @@ class _StageGrader:
                 note = "compute-sanitizer is not installed here: the GPU's own checks did not run"
                 item.result = replace(item.result, message=f"{item.result.message} ({note})")
             return
+        memo = StageMemo(self.options.memo_dir) if self.options.memo_dir is not None else None
+        keys = {
+            item.stage.id: StageMemo.key(
+                "sanitizer", item.stage.id, item.source.text, item.source.cell_line(1), self.rubric.block_size,
+                self.worker.device, self.options.sandbox, grader_version(),
+            )
+            for item in ran
+        }
+        seen = {item.stage.id: memo.get(keys[item.stage.id], sanitizer.Sanitized) for item in ran} if memo else {}
+        todo = [item for item in ran if seen.get(item.stage.id) is None]
         started = time.perf_counter()
-        outcome = sanitizer.sanitize(
-            {item.stage.id: item.build for item in ran},
-            tool,
-            self.worker.sandbox,
-            self.options.backend_options,
-            self.rubric.block_size,
-            self.gpu,
-        )
-        share = (time.perf_counter() - started) / len(ran)
+        if todo:
+            builds = {item.stage.id: item.build for item in todo}
+            fresh = sanitizer.sanitize(
+                builds, tool, self.worker.sandbox, self.options.backend_options, self.rubric.block_size, self.gpu
+            )
+            for stage_id, found in fresh.items():
+                seen[stage_id] = found
+                if memo is not None and not found.notes:  # a tool that could not finish is tried again
+                    memo.put(keys[stage_id], found)
+        share = (time.perf_counter() - started) / len(todo) if todo else 0.0
         for item in ran:
             findings: dict[tuple, Finding] = {}
             _collect(findings, item.result.findings)
-            _collect(findings, outcome.findings[item.stage.id])
+            _collect(findings, seen[item.stage.id].findings)
             distinct = _distinct(findings)
             result = item.result
             advice = hint(item.stage, result.cases, self.rubric.block_size, distinct) if result.hint else None
-            message = "; ".join((result.message, *outcome.notes[item.stage.id]))
+            message = "; ".join((result.message, *seen[item.stage.id].notes))
             item.result = replace(result, findings=distinct, hint=advice, message=message)
-            item.phases.add("sanitizer", share)
+            if item in todo:
+                item.phases.add("sanitizer", share)
 
     def _time(
         self, checked: list[_Checked], sources: Mapping[str, KernelSource | None], results: dict[str, StageResult]

@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from autograder import __version__
 from autograder.records import StageResult, from_dict, to_dict
@@ -42,13 +43,14 @@ class StageMemo:
     def key(*parts: object) -> str:
         return hashlib.sha256(json.dumps([str(part) for part in parts]).encode()).hexdigest()
 
-    def get(self, key: str) -> StageResult | None:
+    def get(self, key: str, record: type = StageResult) -> Any:
+        """The `record` kept under `key` (a StageResult unless said), or None."""
         try:
-            return from_dict(StageResult, json.loads((self.folder / f"{key}.json").read_text()))
+            return from_dict(record, json.loads((self.folder / f"{key}.json").read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def put(self, key: str, result: StageResult) -> None:
+    def put(self, key: str, result: Any) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
         with os.fdopen(handle, "w") as out:

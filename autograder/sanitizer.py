@@ -47,11 +47,11 @@ MAX_REPORT_LINES = 20_000  # report lines read from one tool's output: far more 
 
 
 @dataclass(frozen=True)
-class SanitizerResult:
-    """Per stage: the findings, and a note where a tool could not finish on that stage's kernel."""
+class Sanitized:
+    """What the tools saw in one stage's kernel, and a note for each tool that could not finish on it."""
 
-    findings: Mapping[str, tuple[Finding, ...]]
-    notes: Mapping[str, tuple[str, ...]]
+    findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def find_sanitizer() -> str | None:
@@ -74,7 +74,7 @@ def sanitize(
     backend_options: Mapping[str, object],
     block_size: int,
     gpu: int | None,
-) -> SanitizerResult:
+) -> dict[str, Sanitized]:
     """Run each tool over every stage's build (stage id -> GPU build) on GPU `gpu`, sharing it as correctness
     runs do (never while it times). Never raises for what a kernel does."""
     findings: dict[str, list[Finding]] = {stage_id: [] for stage_id in builds}
@@ -100,10 +100,7 @@ def sanitize(
         for stage_id, why in failed.items():
             if not reported.get(stage_id):
                 notes[stage_id].append(f"compute-sanitizer {tool} could not finish on this kernel ({why[:160]})")
-    return SanitizerResult(
-        {stage_id: tuple(found) for stage_id, found in findings.items()},
-        {stage_id: tuple(found) for stage_id, found in notes.items()},
-    )
+    return {stage_id: Sanitized(tuple(findings[stage_id]), tuple(notes[stage_id])) for stage_id in builds}
 
 
 # "at reduce_sequential(const float *, float *, unsigned int)+0xc0 in kernel.cu:9"

@@ -136,8 +136,10 @@ def main() -> None:
           f"{len(whole.results) / whole_s * 60:10.1f} {whole_busy:>9}")
     print("serial:   " + phase_summary(serial.results, serial_s))
     print("parallel: " + phase_summary(whole.results, whole_s))
-    if whole.failures:
-        print(f"grader failures: {len(whole.failures)}")
+    for name, run in (("serial", serial), ("parallel", whole)):
+        if run.failures:
+            student, error = run.failures[0]
+            print(f"{name}: {len(run.failures)} grader failure(s); the first, {student}:\n{error}")
 
 
 if __name__ == "__main__":

@@ -178,18 +178,17 @@ def test_each_checker_sees_what_this_file_says_it_sees(sanitizer_tool: str, gpu_
         builds[name] = gpu_builder.build(get_stage(stage_id), KernelSource(make()))
     seen = {}
     for name, build in builds.items():  # one student per kernel: several kernels of one stage
-        outcome = sanitize({build.stage_id: build}, sanitizer_tool, Sandbox(True), {}, 256, None)
-        seen[name] = {f.kind for f in outcome.findings[build.stage_id]}
-        assert all(f.message.startswith("compute-sanitizer ") for f in outcome.findings[build.stage_id])
+        found = sanitize({build.stage_id: build}, sanitizer_tool, Sandbox(True), {}, 256, None)[build.stage_id]
+        seen[name] = {f.kind for f in found.findings}
+        assert all(f.message.startswith("compute-sanitizer ") for f in found.findings)
     assert seen == SANITIZER_SEES
 
 
 @pytest.mark.gpu
 def test_the_reference_kernels_are_clean_under_every_tool(sanitizer_tool: str, gpu_builder: Builder) -> None:
     builds = {s: gpu_builder.build(get_stage(s), reference_source(s)) for s in REQUIRED_STAGE_IDS}
-    outcome = sanitize(builds, sanitizer_tool, Sandbox(True), {}, 256, None)
-    assert {s: f for s, f in outcome.findings.items() if f} == {}
-    assert {s: n for s, n in outcome.notes.items() if n} == {}
+    found = sanitize(builds, sanitizer_tool, Sandbox(True), {}, 256, None)
+    assert {stage_id: seen for stage_id, seen in found.items() if seen.findings or seen.notes} == {}
 
 
 @pytest.mark.gpu
@@ -212,3 +211,14 @@ def test_the_cpu_analysis_sees_what_this_file_says(name: str) -> None:
     (result,) = grade_stages({stage_id: KernelSource(make())}, only=[stage_id], options=options)
     assert {f.kind for f in result.findings} == CPU_SEES[name], result.findings
 
+
+
+def test_what_the_tools_saw_is_kept_in_the_class_memo_whole(tmp_path) -> None:
+    from autograder.memo import StageMemo
+    from autograder.sanitizer import Sanitized
+
+    found = parse_report("racecheck", RACECHECK, {"sequential": located("sequential", 4)})["sequential"]
+    memo = StageMemo(tmp_path)
+    memo.put("k", Sanitized(tuple(found), ("compute-sanitizer synccheck could not finish",)))
+    assert memo.get("k", Sanitized) == Sanitized(tuple(found), ("compute-sanitizer synccheck could not finish",))
+    assert memo.get("missing", Sanitized) is None

@@ -194,6 +194,7 @@ class GpuBackend(Backend):
         self._sandbox = sandbox
         # The grader's own timing helper, ready now: a worker compiles nothing once it runs student code.
         self._hold_image = hold or hold_ptx(self._nvcc)
+        nvcc_version(self._nvcc)  # asked now (and kept): once it runs student code, a worker starts no program
         self._stream = cuda.Stream()
         self._events = (cuda.Event(), cuda.Event())
         self._l2_bytes = int(self._device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
