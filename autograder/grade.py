@@ -404,8 +404,11 @@ class _StageGrader:
                 measured = self.worker.call(time_interleaved, group_kernels, timing, self.options.seed, timeout=limit)
         except WrongTimedResult as error:
             culprit = next((item for item in group if str(error).startswith(f"your {item.stage.id}:")), None)
-            if culprit is None or len(group) == 1:
-                culprit = culprit or group[0]
+            if culprit is None and len(group) > 1:  # a baseline kept from the memo: each stage on its own
+                for item in group:
+                    self._time_group([item], sources, results)
+                return
+            culprit = culprit or group[0]
             hint_text = "results must not depend on the call"
             wrong = replace(culprit.result, status=Status.INCORRECT, message=str(error), hint=hint_text)
             culprit.result = results[culprit.stage.id] = wrong

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -9,8 +11,10 @@ from expectations import EXAMPLES
 
 from autograder.calibration import cub_bandwidth, load_calibration, measure
 from autograder.cli import cli
+from autograder.grade import GradeOptions, grade_stages
 from autograder.isolation import Worker
 from autograder.launch import Plan
+from autograder.records import PerfVerdict, Status
 from autograder.references import reference_source
 from autograder.rubric import load_rubric
 from autograder.sandbox import Sandbox
@@ -55,3 +59,24 @@ def test_check_gives_the_complete_hand_in_full_marks() -> None:
     result = CliRunner().invoke(cli, ["check", str(EXAMPLES / "alice.ipynb"), "--backend", "gpu"])
     assert result.exit_code == 0, result.output
     assert "alice: 100 / 100 points" in result.output
+
+
+def test_a_stage_wrong_only_when_timed_loses_alone_and_the_others_are_still_timed() -> None:
+    # One timing group holds all of a student's 1-D stages. first_add is right on every correctness size (at
+    # most about 2^22) and wrong on the 2^26-value timing input: it alone becomes incorrect, the group is timed
+    # again without it, and unrolled_warp's speedup is then taken over the reference first_add.
+    stages = ("naive", "anti_divergence", "sequential", "first_add", "unrolled_warp")
+    sources = {stage: reference_source(stage) for stage in stages}
+    text = sources["first_add"].text
+    store = "        g_out[blockIdx.x] = sdata[0];"
+    assert store in text
+    sources["first_add"] = replace(sources["first_add"], text=text.replace(store, store.replace(
+        "= sdata[0]", "= n > (1u << 24) ? 0.0f : sdata[0]")))
+    results = {r.stage: r for r in grade_stages(sources, only=stages, options=GradeOptions(backend="gpu"))}
+    assert results["first_add"].status is Status.INCORRECT
+    assert results["first_add"].message.startswith("your first_add: a warm-up call"), results["first_add"].message
+    for stage in ("naive", "anti_divergence", "sequential", "unrolled_warp"):
+        assert results[stage].status is Status.CORRECT, results[stage].message
+        assert results[stage].performance.verdict is not PerfVerdict.NOT_MEASURED, results[stage].performance.reason
+    assert results["sequential"].performance.baseline == "your anti_divergence"
+    assert results["unrolled_warp"].performance.baseline == "reference first_add"
