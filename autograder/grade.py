@@ -67,8 +67,6 @@ class GradeOptions:
     # On the GPU, also run each kernel on the CPU backend over a few small inputs: a GPU run cannot show a
     # race that happened to give the right sum, and the rubric prices races the same on both backends.
     race_checks: bool = True
-    # On the GPU, also run compute-sanitizer's memcheck, racecheck and synccheck over a small input of each stage.
-    sanitizer_checks: bool = True
     backend_options: Mapping[str, object] = field(default_factory=dict)
     sandbox: bool = True  # compile and run student code in the sandbox (autograder.sandbox); False: --no-sandbox
     memo_dir: Path | None = None  # where a class keeps its stage results, so identical kernels are graded once
@@ -308,7 +306,7 @@ class _StageGrader:
         CPU analysis's. On the GPU only; where it is not installed, each stage's message says so. In a class,
         a kernel source is sanitized once: what the tools see depends on the source alone."""
         ran = [item for item in checked if item.result.status in (Status.CORRECT, Status.INCORRECT, Status.CRASHED)]
-        if not ran or self.worker.device.backend != "gpu" or not self.options.sanitizer_checks:
+        if not ran or self.worker.device.backend != "gpu":
             return
         tool = sanitizer.find_sanitizer()
         if tool is None:
@@ -337,6 +335,7 @@ class _StageGrader:
                 if memo is not None and not found.notes:  # a tool that could not finish is tried again
                     memo.put(keys[stage_id], found)
         share = (time.perf_counter() - started) / len(todo) if todo else 0.0
+        sanitized_now = {item.stage.id for item in todo}
         for item in ran:
             findings: dict[tuple, Finding] = {}
             _collect(findings, item.result.findings)
@@ -346,7 +345,7 @@ class _StageGrader:
             advice = hint(item.stage, result.cases, self.rubric.block_size, distinct) if result.hint else None
             message = "; ".join((result.message, *seen[item.stage.id].notes))
             item.result = replace(result, findings=distinct, hint=advice, message=message)
-            if item in todo:
+            if item.stage.id in sanitized_now:
                 item.phases.add("sanitizer", share)
 
     def _time(
@@ -355,9 +354,11 @@ class _StageGrader:
         """Time every correct stage: one group per input shape, every kernel interleaved with the others."""
         correct = [item for item in checked if item.result.status is Status.CORRECT]
         unmeasured = self._unmeasured_reason()
-        for item in correct if unmeasured else ():
-            item.result = replace(item.result, performance=Performance(PerfVerdict.NOT_MEASURED, unmeasured))
-        for shape in () if unmeasured else (Shape.SUM_1D, Shape.MAX_2D):
+        if unmeasured:
+            for item in correct:
+                item.result = replace(item.result, performance=Performance(PerfVerdict.NOT_MEASURED, unmeasured))
+            return
+        for shape in (Shape.SUM_1D, Shape.MAX_2D):
             group = [item for item in correct if item.stage.shape is shape]
             if group:
                 started = time.perf_counter()

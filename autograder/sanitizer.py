@@ -88,9 +88,7 @@ def sanitize(
                 try:
                     with gpu_gate(gpu, exclusive=False):
                         worker.call(sanitized_run, build, case, block_size, timeout=SECONDS_PER_RUN)
-                except KernelTimeout as error:
-                    failed[stage_id] = str(error).splitlines()[0]
-                except KernelFault as error:
+                except (KernelTimeout, KernelFault) as error:
                     # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.
                     failed[stage_id] = str(error).splitlines()[0]
             worker.shut_down(wait=60.0)  # the tool reports a kernel's hazards by the time its process has ended
@@ -120,43 +118,39 @@ def parse_report(tool: str, lines: list[str], builds: Mapping[str, Build]) -> di
     names = {get_stage(stage_id).kernel_name: stage_id for stage_id in builds}
     found: dict[str, list[Finding]] = {}
     for block in _blocks(lines):
-        header = block[0]
-        where = _location(block, names)
-        if where is None:
+        stage_id = _stage_of(block, names)
+        if stage_id is None:
             continue  # a report about no kernel of this student's (the grader's own code, say)
-        stage_id, line = where
-        finding = _finding(tool, header, block, get_stage(stage_id).kernel_name, builds[stage_id].source.cell_line)
+        finding = _finding(tool, block, get_stage(stage_id).kernel_name, builds[stage_id].source.cell_line)
         if finding is not None:
             found.setdefault(stage_id, []).append(finding)
     return found
 
 
 def _blocks(lines: list[str]) -> list[list[str]]:
-    """Reports: a header line (no indent), then its indented lines, up to a blank line."""
+    """Reports: a header line (no indent), then its indented lines, up to the next line without an indent."""
     blocks: list[list[str]] = []
+    current: list[str] | None = None
     for line in lines:
         if not line.strip():
             continue
-        if not line.startswith(" "):
-            if not line.startswith(_NOT_REPORTS):
-                blocks.append([line])
-            else:
-                blocks.append([])  # ends the report before it
-        elif blocks and blocks[-1]:
-            blocks[-1].append(line.strip())
-    return [block for block in blocks if block]
+        if line.startswith(" "):
+            if current is not None:
+                current.append(line.strip())
+        elif line.startswith(_NOT_REPORTS):
+            current = None  # a banner or a summary ends the report before it
+        else:
+            current = [line]
+            blocks.append(current)
+    return blocks
 
 
-def _location(block: list[str], names: Mapping[str, str]) -> tuple[str, int | None] | None:
-    """The stage whose kernel the report is in, and the kernel source line, from its first `at` frame."""
-    for text in block:
-        match = _AT.search(text)
-        if match is None:
-            continue
-        function = match.group("function")
+def _stage_of(block: list[str], names: Mapping[str, str]) -> str | None:
+    """The stage whose kernel the report is in, from the first `at` frame that names one."""
+    for match in filter(None, map(_AT.search, block)):
         for name, stage_id in names.items():
-            if re.search(rf"\b{re.escape(name)}\b", function):
-                return stage_id, _source_line(text)
+            if re.search(rf"\b{re.escape(name)}\b", match.group("function")):
+                return stage_id
     return None
 
 
@@ -166,9 +160,10 @@ def _source_line(text: str) -> int | None:
 
 
 def _finding(
-    tool: str, header: str, block: list[str], kernel: str, cell_line: Callable[[int | None], int | None]
+    tool: str, block: list[str], kernel: str, cell_line: Callable[[int | None], int | None]
 ) -> Finding | None:
-    """One report as a Finding; its lines are the notebook cell's."""
+    """One report (its header line, then the lines under it) as a Finding; its lines are the notebook cell's."""
+    header = block[0]
     thread_match = next((m for m in map(_THREAD.search, block) if m), None)
     thread = f"block ({thread_match['block']}) thread ({thread_match['thread']})" if thread_match else None
     line = cell_line(_source_line(header) or next(filter(None, map(_source_line, block)), None))

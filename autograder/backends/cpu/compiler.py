@@ -122,10 +122,11 @@ def prepare_toolchain(fibers: str = "auto", cache: Path | None = None, compiler:
     # Boost.Context linked statically where its archive is installed, so the runtime needs no shared Boost
     # library at run time (a sandboxed worker sees only the system's folders; the GPU machine's Boost comes
     # from a carried .deb, see scripts/gpu-setup.sh).
-    variants = [("boost.context", ["-l:libboost_context.a"]), ("boost.context", ["-lboost_context"])]
-    variants.append(("ucontext", []))
+    variants = (("boost.context", ["-l:libboost_context.a"]), ("boost.context", ["-lboost_context"]), ("ucontext", []))
     failures = []
-    for kind, libraries in [(kind, libraries) for kind, libraries in variants if fibers in ("auto", kind)]:
+    for kind, libraries in variants:
+        if fibers not in ("auto", kind):
+            continue
         flags = ["-std=gnu++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
         flags.append("-DAG_REQUIRE_BOOST" if kind == "boost.context" else "-DAG_UCONTEXT")
         key = _digest(compiler, version, kind, _runtime_sources(), " ".join(flags + libraries))
