@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -50,6 +50,7 @@ from autograder.verify import (
 
 COMPILE_SECONDS = 120.0
 NOT_STARTED = "not started"  # the device of a result whose notebook could not be read: no worker ran
+GPU_WAIT = "gpu wait"  # the phase of waiting for the GPU: for a timing to end, or for correctness runs to end
 
 
 @dataclass(frozen=True)
@@ -152,10 +153,31 @@ class _StageGrader:
         self.builder = Builder(worker.device, worker.sandbox, dict(options.backend_options))
         # The GPU this student is timed on: its correctness runs share it, its timing has it alone.
         self.gpu = int(options.backend_options.get("device_index", 0)) if worker.device.backend == "gpu" else None
+        self.waited = 0.0  # seconds this student waited at its GPU's gate: part of no phase but "gpu wait"
 
     def close(self) -> None:
         if self._checker is not None:
             self._checker.close()
+
+    @contextmanager
+    def _gate(self, exclusive: bool) -> Iterator[None]:
+        """This student's GPU, shared or alone (autograder.schedule.gpu_gate), the wait counted."""
+        started = time.perf_counter()
+        with gpu_gate(self.gpu, exclusive):
+            self.waited += time.perf_counter() - started
+            yield
+
+    @contextmanager
+    def _shared_phase(self, phase: str, items: Sequence[_Checked]) -> Iterator[None]:
+        """Time a phase that several stages go through together, each charged an equal part of it."""
+        started, waited = time.perf_counter(), self.waited
+        try:
+            yield
+        finally:
+            gate = self.waited - waited
+            for item in items:
+                item.phases.add(phase, (time.perf_counter() - started - gate) / len(items))
+                item.phases.add(GPU_WAIT, gate / len(items))
 
     def grade(
         self,
@@ -201,18 +223,18 @@ class _StageGrader:
             message = "not attempted: the kernel cell is missing, empty, or still the released stub"
             return self._finish(stage, StageResult(stage.id, Status.NOT_ATTEMPTED, message))
         own = _own_baseline(stage, sources, earlier)
-        key = None
-        if self.options.memo_dir is not None:
-            # Everything the result depends on: the source and its first cell line, the baseline it is timed
-            # against, the options (the seed and the rubric's hash among them), the device and the grader.
-            key = StageMemo.key(
-                stage.id, source.text, source.cell_line(1), own.text if own else "reference",
-                replace(self.options, memo_dir=None, backend_options={}), self.worker.device, grader_version(),
-            )
-            kept = StageMemo(self.options.memo_dir).get(key)
+        memo = StageMemo(self.options.memo_dir) if self.options.memo_dir is not None else None
+        key = checked_key = None
+        if memo is not None:
+            # Everything the result depends on: the source and its first cell line, the options (the seed and
+            # the rubric's hash among them), the device and the grader; and for its speed, the baseline.
+            run = (replace(self.options, memo_dir=None, backend_options={}), self.worker.device, grader_version())
+            key = StageMemo.key(stage.id, source.text, source.cell_line(1), own.text if own else "reference", *run)
+            kept = memo.get(key)
             if kept is not None:
                 return replace(kept, phases=())  # graded before: this student's stage cost no compile, check or timing
-        phases = _Phases()
+            checked_key = StageMemo.key("checked", stage.id, source.text, source.cell_line(1), *run)
+        phases = _Phases(lambda: self.waited)
         try:
             with phases("compile"):
                 build = self.builder.build(stage, source)
@@ -221,6 +243,18 @@ class _StageGrader:
         except KernelTimeout as error:
             failure = StageResult(stage.id, Status.CRASHED, f"the compiler failed: {error}", phases=phases.seconds)
             return self._finish(stage, failure)
+        baseline = own.text if own else None
+        if memo is None or checked_key is None:
+            return _Checked(stage, source, build, self._checks(stage, source, build, phases), phases, key, baseline)
+        with memo.claim([checked_key]):
+            result = memo.get(checked_key)  # checked before, over another baseline: only its timing is left
+            if result is None:
+                result = self._checks(stage, source, build, phases)
+                memo.put(checked_key, result)
+        return _Checked(stage, source, build, result, phases, key, baseline)
+
+    def _checks(self, stage: Stage, source: KernelSource, build: Build, phases: _Phases) -> StageResult:
+        """Correctness, then the race analysis and the technique checks."""
         with phases("correctness"):
             result = self._verify(stage, build)
         with phases("analysis"):
@@ -229,7 +263,7 @@ class _StageGrader:
             if result.status in (Status.CORRECT, Status.INCORRECT):
                 checks = technique.check(stage, source, result.metrics, self.worker.sandbox, self.rubric.block_size)
                 result = replace(result, technique=checks)
-        return _Checked(stage, source, build, result, phases, key, own.text if own else None)
+        return result
 
     def _verify(self, stage: Stage, build: Build) -> StageResult:
         block_size = self.rubric.block_size
@@ -239,7 +273,7 @@ class _StageGrader:
         for case in correctness_cases(stage, self.options.seed, quick=self.options.quick, block_size=block_size):
             limit = self.options.case_seconds + self.options.per_element_seconds * case.count
             try:
-                with gpu_gate(self.gpu, exclusive=False):
+                with self._gate(exclusive=False):
                     value, seen = self.worker.call(run_case, build, case, block_size, timeout=limit)
             except KernelTimeout as error:
                 cases.append(judge(stage, case, None, block_size, error=str(error)))
@@ -322,20 +356,7 @@ class _StageGrader:
             )
             for item in ran
         }
-        seen = {item.stage.id: memo.get(keys[item.stage.id], sanitizer.Sanitized) for item in ran} if memo else {}
-        todo = [item for item in ran if seen.get(item.stage.id) is None]
-        started = time.perf_counter()
-        if todo:
-            builds = {item.stage.id: item.build for item in todo}
-            fresh = sanitizer.sanitize(
-                builds, tool, self.worker.sandbox, self.options.backend_options, self.rubric.block_size, self.gpu
-            )
-            for stage_id, found in fresh.items():
-                seen[stage_id] = found
-                if memo is not None and not found.notes:  # a tool that could not finish is tried again
-                    memo.put(keys[stage_id], found)
-        share = (time.perf_counter() - started) / len(todo) if todo else 0.0
-        sanitized_now = {item.stage.id for item in todo}
+        seen = self._sanitized(ran, tool, memo, keys)
         for item in ran:
             findings: dict[tuple, Finding] = {}
             _collect(findings, item.result.findings)
@@ -345,8 +366,33 @@ class _StageGrader:
             advice = hint(item.stage, result.cases, self.rubric.block_size, distinct) if result.hint else None
             message = "; ".join((result.message, *seen[item.stage.id].notes))
             item.result = replace(result, findings=distinct, hint=advice, message=message)
-            if item.stage.id in sanitized_now:
-                item.phases.add("sanitizer", share)
+
+    def _sanitized(
+        self, ran: list[_Checked], tool: str, memo: StageMemo | None, keys: Mapping[str, str]
+    ) -> dict[str, sanitizer.Sanitized]:
+        """What the tools saw in each stage: from the memo where it was kept, else run now (and kept)."""
+
+        def kept() -> dict[str, sanitizer.Sanitized]:
+            found = {item.stage.id: memo.get(keys[item.stage.id], sanitizer.Sanitized) for item in ran} if memo else {}
+            return {stage_id: seen for stage_id, seen in found.items() if seen is not None}
+
+        seen = kept()
+        missing = [keys[item.stage.id] for item in ran if item.stage.id not in seen]
+        with memo.claim(missing) if memo is not None and missing else nullcontext():
+            seen = kept()  # a student graded at the same time may have run them while this one waited
+            todo = [item for item in ran if item.stage.id not in seen]
+            if not todo:
+                return seen
+            with self._shared_phase("sanitizer", todo):
+                fresh = sanitizer.sanitize(
+                    {item.stage.id: item.build for item in todo}, tool, self.worker.sandbox,
+                    self.options.backend_options, self.rubric.block_size, lambda: self._gate(exclusive=False),
+                )
+            for stage_id, found in fresh.items():
+                seen[stage_id] = found
+                if memo is not None and not found.notes:  # a tool that could not finish is tried again
+                    memo.put(keys[stage_id], found)
+        return seen
 
     def _time(
         self, checked: list[_Checked], sources: Mapping[str, KernelSource | None], results: dict[str, StageResult]
@@ -361,10 +407,8 @@ class _StageGrader:
         for shape in (Shape.SUM_1D, Shape.MAX_2D):
             group = [item for item in correct if item.stage.shape is shape]
             if group:
-                started = time.perf_counter()
-                self._time_group(group, sources, results)
-                for item in group:
-                    item.phases.add("timing", (time.perf_counter() - started) / len(group))
+                with self._shared_phase("timing", group):
+                    self._time_group(group, sources, results)
 
     def _time_group(
         self, group: list[_Checked], sources: Mapping[str, KernelSource | None], results: dict[str, StageResult]
@@ -400,7 +444,7 @@ class _StageGrader:
         try:
             # The inputs are drawn first: host work that need not hold the GPU.
             self.worker.call(prepare_timing, tuple(compared), timing, self.options.seed, timeout=limit)
-            with gpu_gate(self.gpu, exclusive=True):
+            with self._gate(exclusive=True):
                 group_kernels = tuple(kernels.values())
                 measured = self.worker.call(time_interleaved, group_kernels, timing, self.options.seed, timeout=limit)
         except WrongTimedResult as error:
@@ -492,22 +536,27 @@ class _Checked:
 
 
 class _Phases:
-    """Seconds spent in each phase of grading a stage (compile, correctness, analysis, sanitizer, timing)."""
+    """Seconds spent in each phase of grading a stage (compile, correctness, analysis, sanitizer, timing), and
+    apart from them, in waiting for the GPU (GPU_WAIT): `waited` reads the student's time at the gate so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, waited: Callable[[], float]) -> None:
         self._seconds: dict[str, float] = {}
+        self._waited = waited
 
     def add(self, phase: str, seconds: float) -> None:
         """Time of a phase that several stages share, this stage's part of it."""
-        self._seconds[phase] = self._seconds.get(phase, 0.0) + seconds
+        if seconds:
+            self._seconds[phase] = self._seconds.get(phase, 0.0) + seconds
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
-        started = time.perf_counter()
+        started, waited = time.perf_counter(), self._waited()
         try:
             yield
         finally:
-            self.add(phase, time.perf_counter() - started)
+            gate = self._waited() - waited
+            self.add(phase, time.perf_counter() - started - gate)
+            self.add(GPU_WAIT, gate)
 
     @property
     def seconds(self) -> tuple[tuple[str, float], ...]:

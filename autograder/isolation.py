@@ -38,6 +38,10 @@ from autograder.wire import MAX_REPLY_BYTES, WireError, decode_reply, encode_rep
 
 STARTUP_SECONDS = 120.0  # creating a CUDA context or compiling the CPU runtime the first time
 LOG_TAIL_CHARS = 2000
+# What each kind of worker said it runs on when it started, in this process: a later worker of the same kind
+# can say so without starting, and a student whose stages all come from the class memo starts no CUDA context
+# (seconds of CPU each). Said by fresh workers only, before any student code ran in them.
+_DEVICES: dict[str, DeviceInfo] = {}
 
 
 class Worker:
@@ -73,10 +77,16 @@ class Worker:
 
     @property
     def device(self) -> DeviceInfo:
-        """What the backend runs on (starts the child if needed)."""
+        """What the backend runs on: as the last worker of this kind in this process said, else the child's
+        own word (starting it)."""
+        if self._device is None and self._kind() in _DEVICES:
+            return _DEVICES[self._kind()]
         self._ensure_started()
         assert self._device is not None
         return self._device
+
+    def _kind(self) -> str:
+        return repr((self.backend_name, sorted(self.options.items()), self.sandbox.enabled, self.launcher))
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout: float) -> Any:
         """`fn(backend, *args)` in the child, within `timeout` seconds. `fn` must be a module-level function."""
@@ -141,7 +151,7 @@ class Worker:
             theirs.close()
         self._connection = Connection(ours.detach())
         self._connection.send((sys.path, self.backend_name, options))
-        self._device = self._receive(STARTUP_SECONDS, what="starting the backend")
+        self._device = _DEVICES[self._kind()] = self._receive(STARTUP_SECONDS, what="starting the backend")
 
     def _receive(self, timeout: float, what: str) -> Any:
         assert self._connection is not None and self._process is not None

@@ -4,17 +4,28 @@ Many students hand in the lecture's kernel unchanged. A stage's result depends o
 cell line it starts on, which its messages name), its baseline for the speedup (the student's own previous
 stage's source when that one is correct, else the reference), and the run's settings: the seed, the rubric,
 the device, the isolation and the grader's version. Two students whose stage agrees in all of these get the
-same result; the second one reads it from here instead of compiling, checking and timing again. The memo is a
-folder of JSON files written only by the grader, one per result, each written atomically.
+same result; the second one reads it from here instead of compiling, checking and timing again.
+
+What a stage's checks find (correctness, the race analysis, the technique, compute-sanitizer) does not depend
+on the baseline, so it is kept on its own, without it: a kernel handed in by many students over different
+baselines is checked once and only timed again. The memo is a folder of JSON files written only by the grader,
+one per result, each written atomically.
+
+Students graded at the same time (a local or a Dask cluster sharing the results folder) often need the same
+result at once: the lecture's kernel, by every worker in the first seconds of a class. `claim` makes the
+second one wait for the first and read its result, instead of making it again.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +60,19 @@ class StageMemo:
             return from_dict(record, json.loads((self.folder / f"{key}.json").read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    @contextmanager
+    def claim(self, keys: list[str]) -> Iterator[None]:
+        """Hold `keys` while their results are made: another process claiming one of them waits until this
+        one is done, then finds the result with `get`. Keys are taken in sorted order, so claims never
+        deadlock; a process that dies lets go of its keys."""
+        locks = self.folder / ".locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with ExitStack() as held:
+            for key in sorted(set(keys)):
+                handle = held.enter_context(open(locks / key, "a"))
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
     def put(self, key: str, result: Any) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,6 @@ from autograder.errors import KernelFault, KernelTimeout
 from autograder.isolation import Worker
 from autograder.records import Build, Finding
 from autograder.sandbox import Sandbox
-from autograder.schedule import gpu_gate
 from autograder.stages import Shape, get_stage
 from autograder.verify import Case, sanitized_run
 
@@ -73,10 +73,10 @@ def sanitize(
     sandbox: Sandbox,
     backend_options: Mapping[str, object],
     block_size: int,
-    gpu: int | None,
+    gate: Callable[[], AbstractContextManager[None]],
 ) -> dict[str, Sanitized]:
-    """Run each tool over every stage's build (stage id -> GPU build) on GPU `gpu`, sharing it as correctness
-    runs do (never while it times). Never raises for what a kernel does."""
+    """Run each tool over every stage's build (stage id -> GPU build), each run inside `gate()`: the GPU shared
+    as correctness runs share it (never while it times). Never raises for what a kernel does."""
     findings: dict[str, list[Finding]] = {stage_id: [] for stage_id in builds}
     notes: dict[str, list[str]] = {stage_id: [] for stage_id in builds}
     for tool in TOOLS:
@@ -86,7 +86,7 @@ def sanitize(
             for stage_id, build in builds.items():
                 case = SANITIZER_CASES[get_stage(stage_id).shape]
                 try:
-                    with gpu_gate(gpu, exclusive=False):
+                    with gate():
                         worker.call(sanitized_run, build, case, block_size, timeout=SECONDS_PER_RUN)
                 except (KernelTimeout, KernelFault) as error:
                     # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.

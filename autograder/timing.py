@@ -19,7 +19,7 @@ from autograder.errors import GraderError
 from autograder.launch import Plan
 from autograder.records import Build, KernelSource, Timing
 from autograder.stages import Shape, Stage, get_stage
-from autograder.verify import compiled, reference
+from autograder.verify import Sums, compiled, draw
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,7 @@ def time_interleaved(
 
 # The timing input of a worker, kept between stages: drawing 2^26 floats and summing them in float64 took most
 # of a stage's timing before (0.6 s of 1 s), although the GPU's own work is a few milliseconds.
-_INPUTS: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
-_REFERENCES: dict[tuple, tuple[float, float]] = {}
+_INPUTS: dict[tuple[int, tuple[int, ...]], tuple[np.ndarray, Sums | float]] = {}  # with its sums, or its max
 
 
 def prepare_timing(backend: Backend, stage_ids: tuple[str, ...], settings: TimingSettings, seed: int) -> None:
@@ -128,15 +127,13 @@ def prepare_timing(backend: Backend, stage_ids: tuple[str, ...], settings: Timin
 def _timing_input(seed: int, size: tuple[int, ...], stage: Stage, block_size: int) -> tuple[np.ndarray, float, float]:
     """The input of `size` drawn from `seed`, and its expected result and tolerance for `stage`."""
     if (seed, size) not in _INPUTS:
-        rng = np.random.default_rng(seed)
-        _INPUTS[seed, size] = (rng.random(math.prod(size), dtype=np.float32) * 2.0 - 0.75).astype(np.float32)
-    data = _INPUTS[seed, size]
-    # The tolerance hardly moves as single values change, so it is computed once for an input. It depends on
-    # the stage only through its shape and its elements per thread.
-    key = (seed, size, stage.shape, stage.elements_per_thread, block_size)
-    if key not in _REFERENCES:
-        _REFERENCES[key] = reference(stage, data, block_size)
-    return data, *_REFERENCES[key]
+        data = draw("random", math.prod(size), seed)
+        _INPUTS[seed, size] = data, Sums.of(data) if stage.shape is Shape.SUM_1D else float(data.max())
+    data, sums = _INPUTS[seed, size]
+    if isinstance(sums, float):
+        return data, sums, 0.0  # a max is exact in any order
+    # The tolerance hardly moves as single values change, so it is computed once for an input.
+    return data, sums.exact, sums.tolerance(stage)
 
 
 class _Checker:

@@ -14,6 +14,7 @@ kernel. A kernel cannot reach the reference.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -102,35 +103,75 @@ def analysis_cases(stage: Stage, seed: int) -> list[Case]:
 
 def make_input(case: Case) -> np.ndarray:
     """The float32 input of a case."""
-    rng = np.random.default_rng(case.seed)
-    if case.input_kind == "integers":
+    return draw(case.input_kind, case.count, case.seed)
+
+
+def draw(input_kind: str, count: int, seed: object) -> np.ndarray:
+    """`count` float32 values of a kind, from `seed`. Scaled in place: the timing input is 2^26 values, and
+    two temporary copies of it cost more than drawing it."""
+    rng = np.random.default_rng(seed)  # type: ignore[arg-type]
+    if input_kind == "integers":
         # Values in [-3, 3]: every partial sum stays far below 2**24, so any summation order is exact.
-        return rng.integers(-3, 4, size=case.count).astype(np.float32)
-    if case.input_kind == "random":
+        return rng.integers(-3, 4, size=count).astype(np.float32)
+    values = rng.random(count, dtype=np.float32)
+    if input_kind == "random":
         # Offset so that a sum of partial sums that are rescaled or skipped cannot hide in cancellation.
-        return (rng.random(case.count, dtype=np.float32) * 2.0 - 0.75).astype(np.float32)
-    if case.input_kind == "negative":
-        return (-1.0 - rng.random(case.count, dtype=np.float32)).astype(np.float32)
-    raise ValueError(f"unknown input kind {case.input_kind!r}")
+        values *= 2.0
+        values -= 0.75
+        return values
+    if input_kind == "negative":
+        values += 1.0
+        np.negative(values, out=values)
+        return values
+    raise ValueError(f"unknown input kind {input_kind!r}")
+
+
+@dataclass(frozen=True)
+class Sums:
+    """What a sum's expected value and tolerance need from an input, read once however many stages use it."""
+
+    exact: float  # in float64
+    magnitude: float  # the sum of absolute values, in float64
+    integral: bool  # every value a whole number: any summation order is exact
+    count: int
+
+    @classmethod
+    def of(cls, data: np.ndarray) -> Sums:
+        # Read a million values at a time: a temporary copy of a 2^26-value input costs more than its sum.
+        chunks = [data[start : start + (1 << 20)] for start in range(0, data.size, 1 << 20)]
+        integral = all(np.array_equal(chunk, np.round(chunk)) for chunk in chunks)
+        exact = float(np.sum(data, dtype=np.float64))
+        magnitude = 0.0 if integral else sum(float(np.sum(np.abs(chunk), dtype=np.float64)) for chunk in chunks)
+        return cls(exact, magnitude, integral, data.size)
+
+    def tolerance(self, stage: Stage) -> float:
+        """The bound a correct float32 kernel of `stage` meets: a tree of depth log2(n) with up to
+        `elements_per_thread` sequential adds per thread (the classic bound for recursive summation), with a
+        factor of two to spare."""
+        if self.integral:
+            return 0.0
+        depth = math.ceil(math.log2(max(self.count, 2))) + stage.elements_per_thread + 2
+        return 2.0 * depth * UNIT_ROUNDOFF * self.magnitude
 
 
 def reference(stage: Stage, data: np.ndarray, block_size: int) -> tuple[float, float]:
     """The exact result in float64 and the tolerance a correct float32 kernel must meet."""
     if stage.shape is Shape.MAX_2D:
         return float(data.max()), 0.0
-    # Summed in float64 without a float64 copy: the timing input is 2^26 values.
-    exact = float(np.sum(data, dtype=np.float64))
-    if np.array_equal(data, np.round(data)):
-        return exact, 0.0
-    # A tree of depth log2(n) with up to `elements_per_thread` sequential adds per thread: the classic bound
-    # for recursive summation, with a factor of two to spare.
-    depth = math.ceil(math.log2(max(data.size, 2))) + stage.elements_per_thread + 2
-    return exact, 2.0 * depth * UNIT_ROUNDOFF * float(np.sum(np.abs(data), dtype=np.float64))
+    sums = Sums.of(data)
+    return sums.exact, sums.tolerance(stage)
+
+
+@functools.lru_cache(maxsize=4096)
+def case_reference(stage: Stage, case: Case, block_size: int) -> tuple[float, float]:
+    """A case's reference: the same for every student of a run (the cases come from the run's seed), so a
+    grader process that grades many students draws each input once."""
+    return reference(stage, make_input(case), block_size)
 
 
 def judge(stage: Stage, case: Case, got: float | None, block_size: int, error: str | None = None) -> CaseResult:
     """A case's verdict from the value the kernel gave."""
-    expected, tolerance = reference(stage, make_input(case), block_size)
+    expected, tolerance = case_reference(stage, case, block_size)
     passed = error is None and got is not None and math.isfinite(got) and abs(got - expected) <= tolerance
     return CaseResult(
         label=case.label,

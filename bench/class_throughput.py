@@ -1,12 +1,16 @@
 """Grade a synthetic class and print hand-ins per minute, time per phase and the GPU's busy share.
 
     .venv/bin/python bench/class_throughput.py [--students 500] [--workers 16] [--gpus all] [--serial 8]
-                                               [--backend auto] [--quick] [--no-speed] [--out DIR]
+                                               [--backend auto] [--quick] [--no-speed] [--distinct] [--out DIR]
 
 The class mixes the example hand-ins with mutants of the reference kernels (a missing barrier, an
 off-by-one bound, a lost element, an unrolled warp without __syncwarp, ...), each student drawing its stages
 at random from a fixed seed, so runs are comparable. First `--serial` students are graded one after another
 (the serial rate), then the whole class with the workers and GPUs asked for, in the same run.
+
+Identical kernels are graded once per class (autograder.memo), and most of this class's kernels are shared, as
+in a course where many hand in the lecture's code. `--distinct` gives every student's every kernel a comment of
+its own, so that nothing is shared: the memo's worst case.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ MUTATIONS = (
 )
 
 
-def synthesise(folder: Path, count: int, seed: int = 0) -> None:
-    """`count` notebooks in `folder`: each stage a reference (60 %), a mutant (25 %) or an example's (15 %)."""
+def synthesise(folder: Path, count: int, seed: int = 0, distinct: bool = False) -> None:
+    """`count` notebooks in `folder`: each stage a reference (60 %), a mutant (25 %) or an example's (15 %);
+    with `distinct`, each kernel marked as the student's own by a comment."""
     rng = random.Random(seed)
     examples = [stage_cells(path) for path in sorted(EXAMPLES.glob("*.ipynb"))]
     folder.mkdir(parents=True, exist_ok=True)
@@ -58,6 +63,8 @@ def synthesise(folder: Path, count: int, seed: int = 0) -> None:
             elif draw < 0.40:
                 cell = rng.choice(examples).get(stage_id)
                 text = cell.source.text if cell is not None and cell.source is not None else text
+            if distinct:
+                text = f"// {stage_id} by student {index}\n{text}"
             cells.append(kernel_cell(stage_id, text))
         nbformat.write(nbformat.v4.new_notebook(cells=cells), folder / f"student{index:04d}.ipynb")
 
@@ -113,12 +120,13 @@ def main() -> None:
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--distinct", action="store_true", help="no two students share a kernel")
     parser.add_argument("--out", type=Path, help="keep the class and results here")
     args = parser.parse_args()
     from autograder.cli import _gpu_list
 
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="class-throughput-"))
-    synthesise(base / "class", args.students)
+    synthesise(base / "class", args.students, distinct=args.distinct)
     subset = base / "subset"
     subset.mkdir(exist_ok=True)
     for path in sorted((base / "class").glob("*.ipynb"))[: args.serial]:
@@ -128,7 +136,8 @@ def main() -> None:
     serial_s, serial, serial_busy = timed(subset, base / "serial", options, ClassOptions(gpus=gpus[:1]))
     whole_s, whole, whole_busy = timed(base / "class", base / "results", options,
                                        ClassOptions(workers=args.workers, gpus=gpus))
-    print(f"class of {args.students} synthetic hand-ins, backend {args.backend}, gpus {gpus or 'default'}")
+    sharing = "no kernel shared" if args.distinct else "kernels shared as in a course"
+    print(f"class of {args.students} synthetic hand-ins ({sharing}), backend {args.backend}, gpus {gpus or 'default'}")
     print(f"{'run':<28} {'students':>8} {'seconds':>8} {'per minute':>10} {'GPU busy':>9}")
     print(f"{'serial (one by one)':<28} {len(serial.results):8d} {serial_s:8.1f} "
           f"{len(serial.results) / serial_s * 60:10.1f} {serial_busy:>9}")

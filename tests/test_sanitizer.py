@@ -20,6 +20,7 @@ from autograder.records import Build, KernelSource, SourceLocation
 from autograder.references import reference_source
 from autograder.sandbox import Sandbox
 from autograder.sanitizer import PREFIX, find_sanitizer, parse_report, sanitize
+from autograder.schedule import gpu_gate
 from autograder.stages import REQUIRED_STAGE_IDS, get_stage
 
 # --- kernels of this file's own: (stage, mutation of the reference) ----------------------------------------
@@ -178,7 +179,7 @@ def test_each_checker_sees_what_this_file_says_it_sees(sanitizer_tool: str, gpu_
         builds[name] = gpu_builder.build(get_stage(stage_id), KernelSource(make()))
     seen = {}
     for name, build in builds.items():  # one student per kernel: several kernels of one stage
-        found = sanitize({build.stage_id: build}, sanitizer_tool, Sandbox(True), {}, 256, None)[build.stage_id]
+        found = sanitize({build.stage_id: build}, sanitizer_tool, Sandbox(True), {}, 256, lambda: gpu_gate(0, exclusive=False))[build.stage_id]
         seen[name] = {f.kind for f in found.findings}
         assert all(f.message.startswith("compute-sanitizer ") for f in found.findings)
     assert seen == SANITIZER_SEES
@@ -187,7 +188,7 @@ def test_each_checker_sees_what_this_file_says_it_sees(sanitizer_tool: str, gpu_
 @pytest.mark.gpu
 def test_the_reference_kernels_are_clean_under_every_tool(sanitizer_tool: str, gpu_builder: Builder) -> None:
     builds = {s: gpu_builder.build(get_stage(s), reference_source(s)) for s in REQUIRED_STAGE_IDS}
-    found = sanitize(builds, sanitizer_tool, Sandbox(True), {}, 256, None)
+    found = sanitize(builds, sanitizer_tool, Sandbox(True), {}, 256, lambda: gpu_gate(0, exclusive=False))
     assert {stage_id: seen for stage_id, seen in found.items() if seen.findings or seen.notes} == {}
 
 
