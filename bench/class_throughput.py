@@ -102,7 +102,7 @@ def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions) 
     started = time.monotonic()
 
     def progress(_: str, done: int, total: int) -> None:
-        if done % 50 == 0 or done == total:  # a line now and then, so a run cut short still shows its rate
+        if done % max(1, min(50, total // 10)) == 0 or done == total:  # a line now and then, so a run cut short still shows its rate
             elapsed = time.monotonic() - started
             print(f"  {done}/{total} graded in {elapsed:.0f} s ({done / elapsed * 60:.1f} a minute)", flush=True)
 
