@@ -102,7 +102,8 @@ def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions) 
     started = time.monotonic()
 
     def progress(_: str, done: int, total: int) -> None:
-        if done % max(1, min(50, total // 10)) == 0 or done == total:  # a line now and then, so a run cut short still shows its rate
+        # A line now and then, so that a run cut short still shows its rate.
+        if done % max(1, min(50, total // 10)) == 0 or done == total:
             elapsed = time.monotonic() - started
             print(f"  {done}/{total} graded in {elapsed:.0f} s ({done / elapsed * 60:.1f} a minute)", flush=True)
 
