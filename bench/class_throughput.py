@@ -16,6 +16,7 @@ its own, so that nothing is shared: the memo's worst case.
 from __future__ import annotations
 
 import argparse
+import collections
 import random
 import shutil
 import subprocess
@@ -70,10 +71,13 @@ def synthesise(folder: Path, count: int, seed: int = 0, distinct: bool = False) 
 
 
 class GpuBusy:
-    """The GPU's utilisation sampled by nvidia-smi every 200 ms while grading; None where there is none."""
+    """The GPU's utilisation sampled by nvidia-smi every 200 ms while grading; None where there is none. Also
+    what the machine's processes wait for in the kernel while they cannot be interrupted (state D), by where
+    they wait and what they run: where a class is slow while the CPUs are idle, that names the lock."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
+        self.blocked: collections.Counter[tuple[str, str]] = collections.Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -93,6 +97,19 @@ class GpuBusy:
             ).stdout.split()
             if out:
                 self.samples.append(sum(float(x) for x in out) / len(out))
+            if not shutil.which("ps"):
+                continue
+            states = subprocess.run(["ps", "-eo", "stat=,wchan:40=,comm="], capture_output=True, text=True).stdout
+            for line in states.splitlines():
+                stat, wchan, command = (line.split(None, 2) + ["", ""])[:3]
+                if stat.startswith("D"):
+                    self.blocked[wchan, command] += 1
+
+    def waits(self) -> str:
+        """The places processes waited in state D most often, with the share of samples that saw each."""
+        seen = len(self.samples) or 1
+        top = self.blocked.most_common(5)
+        return "; ".join(f"{command} in {wchan}: {count / seen:.1f} a sample" for (wchan, command), count in top)
 
     def share(self) -> str:
         return f"{sum(self.samples) / len(self.samples):.0f} %" if self.samples else "n/a (no nvidia-smi)"
@@ -109,6 +126,8 @@ def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions) 
 
     with GpuBusy() as busy:
         run = grade_class(folder, out, options, spread=spread, on_student=progress)
+    if busy.blocked:
+        print(f"  waiting in the kernel (state D): {busy.waits()}")
     return time.monotonic() - started, run, busy.share()
 
 
