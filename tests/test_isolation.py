@@ -70,3 +70,12 @@ def test_the_child_writes_nothing_to_the_grader_terminal(worker: Worker, capfd: 
     assert worker.call(chatter, timeout=30) == "done"
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+def test_a_worker_of_a_kind_already_started_says_its_device_without_starting(worker: Worker) -> None:
+    started = worker.device  # a fresh worker's own word
+    with Worker("cpu", readable=(TESTS,)) as again:
+        assert again.device == started
+        assert not again._alive()  # no process: a student whose stages all come from the memo starts none
+        assert again.call(backend_name, timeout=30) == "cpu"  # it starts when it has work
+        assert again._alive() and again.device == started
