@@ -66,9 +66,9 @@ def time_interleaved(
     """
     stage = get_stage(kernels[0].stage_id)
     size = settings.size_of(stage.shape)
-    data, expected, _ = _timing_input(seed, size, stage, settings.block_size)
+    data, expected, _ = _timing_input(seed, size, stage)
     # One input for all: the expected value is the same, the tolerance each kernel's stage allows.
-    tolerances = {k.stage_id: _timing_input(seed, size, get_stage(k.stage_id), settings.block_size)[2] for k in kernels}
+    tolerances = {k.stage_id: _timing_input(seed, size, get_stage(k.stage_id))[2] for k in kernels}
     checker = _Checker(stage.shape, data, expected, tolerances, np.random.default_rng((seed, 1)))
     plans: list[Plan] = []
     samples: list[list[float]] = [[] for _ in kernels]
@@ -121,10 +121,10 @@ def prepare_timing(backend: Backend, stage_ids: tuple[str, ...], settings: Timin
     takes the GPU alone for the timing: seconds of host work that need not hold the GPU."""
     for stage_id in stage_ids:
         stage = get_stage(stage_id)
-        _timing_input(seed, settings.size_of(stage.shape), stage, settings.block_size)
+        _timing_input(seed, settings.size_of(stage.shape), stage)
 
 
-def _timing_input(seed: int, size: tuple[int, ...], stage: Stage, block_size: int) -> tuple[np.ndarray, float, float]:
+def _timing_input(seed: int, size: tuple[int, ...], stage: Stage) -> tuple[np.ndarray, float, float]:
     """The input of `size` drawn from `seed`, and its expected result and tolerance for `stage`."""
     if (seed, size) not in _INPUTS:
         data = draw("random", math.prod(size), seed)
