@@ -79,11 +79,11 @@ def sanitize(
     as correctness runs share it (never while it times). Never raises for what a kernel does."""
     findings: dict[str, list[Finding]] = {stage_id: [] for stage_id in builds}
     notes: dict[str, list[str]] = {stage_id: [] for stage_id in builds}
-    for tool in TOOLS:
+    for session, tool in ((session, tool) for session in sessions(builds) for tool in TOOLS):
         launcher = (sanitizer, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--check-exit-code", "no")
         failed: dict[str, str] = {}
         with Worker("gpu", dict(backend_options), sandbox, launcher=launcher) as worker:
-            for stage_id, build in builds.items():
+            for stage_id, build in session.items():
                 case = SANITIZER_CASES[get_stage(stage_id).shape]
                 try:
                     with gate():
@@ -92,13 +92,30 @@ def sanitize(
                     # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.
                     failed[stage_id] = str(error).splitlines()[0]
             worker.shut_down(wait=60.0)  # the tool reports a kernel's hazards by the time its process has ended
-            reported = parse_report(tool, worker.report_lines(PREFIX, MAX_REPORT_LINES), builds)
+            reported = parse_report(tool, worker.report_lines(PREFIX, MAX_REPORT_LINES), session)
         for stage_id, seen in reported.items():
             findings[stage_id].extend(seen)
         for stage_id, why in failed.items():
             if not reported.get(stage_id):
                 notes[stage_id].append(f"compute-sanitizer {tool} could not finish on this kernel ({why[:160]})")
     return {stage_id: Sanitized(tuple(findings[stage_id]), tuple(notes[stage_id])) for stage_id in builds}
+
+
+def sessions(builds: Mapping[str, Build]) -> list[dict[str, Build]]:
+    """The stages that share a tool's process: every kernel that cannot print, together; each one that can,
+    alone. A kernel's printf reaches the same output as the tool's report, so a printed report line can only
+    accuse the kernel that printed it, and what the tools saw in a kernel depends on its source alone, as the
+    class memo takes it (a hand-in cannot plant findings on a classmate's identical kernel)."""
+    quiet = {stage_id: build for stage_id, build in builds.items() if not can_print(build)}
+    alone = [{stage_id: build} for stage_id, build in builds.items() if stage_id not in quiet]
+    return ([quiet] if quiet else []) + alone
+
+
+def can_print(build: Build) -> bool:
+    """Whether a kernel may print: its source names printf (once lines ended by a backslash are joined, as the
+    compiler joins them), or its binary calls the device's vprintf."""
+    joined = re.sub(r"\\[ \t\r]*\n", "", build.source.text)
+    return "printf" in joined or any(b"vprintf" in data for _, data in build.files)
 
 
 # "at reduce_sequential(const float *, float *, unsigned int)+0xc0 in kernel.cu:9"

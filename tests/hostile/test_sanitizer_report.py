@@ -13,7 +13,7 @@ from autograder.build import Builder
 from autograder.isolation import Worker
 from autograder.records import KernelSource
 from autograder.references import reference_source
-from autograder.sanitizer import PREFIX, parse_report
+from autograder.sanitizer import PREFIX, parse_report, sessions
 from autograder.stages import get_stage
 from autograder.verify import Case, run_case
 
@@ -52,3 +52,20 @@ def test_forged_report_lines_cannot_hide_the_tools_report_or_accuse_another_kern
             # The genuine report stands, whatever was printed after it.
             assert [(f.kind, f.line) for f in found["shuffle"]] == [("race_syncthreads", 3)]
             assert {(f.kernel, f.line) for f in found["naive"]} == {("reduce_naive", None), ("reduce_naive", 7)}
+
+
+def test_a_kernel_that_prints_is_sanitized_alone_so_it_can_accuse_only_itself() -> None:
+    # Above, a printing naive kernel accused the shuffle stage in a shared report. Were they sanitized together,
+    # a classmate with the same (reference) shuffle would read that finding from the class memo.
+    spliced = reference_source("sequential").text.replace(
+        "    if (tid == 0) {\n", '    if (tid == 0) {\n        pri\\\nntf("hidden by a line splice\\n");\n', 1
+    )
+    with Worker("cpu") as worker:  # compiled, so the spliced printf is one the compiler takes
+        builder = Builder(worker.device, worker.sandbox)
+        builds = {
+            "naive": builder.build(get_stage("naive"), KernelSource(forging_kernel())),
+            "sequential": builder.build(get_stage("sequential"), KernelSource(spliced)),
+            "first_add": builder.build(get_stage("first_add"), reference_source("first_add")),
+            "shuffle": builder.build(get_stage("shuffle"), reference_source("shuffle")),
+        }
+    assert [sorted(session) for session in sessions(builds)] == [["first_add", "shuffle"], ["naive"], ["sequential"]]
