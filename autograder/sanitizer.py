@@ -43,7 +43,6 @@ SANITIZER_CASES = {Shape.SUM_1D: Case((1000,), "random", 7), Shape.MAX_2D: Case(
 SECONDS_PER_RUN = 120.0
 PRINT_LIMIT = 20  # reports per tool and process: the first ones name the lines; the rest repeat them
 PREFIX = "========= "
-MAX_REPORT_LINES = 20_000  # report lines read from one tool's output: far more than PRINT_LIMIT reports take
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ def sanitize(
                     # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.
                     failed[stage_id] = str(error).splitlines()[0]
             worker.shut_down(wait=60.0)  # the tool reports a kernel's hazards by the time its process has ended
-            reported = parse_report(tool, worker.report_lines(PREFIX, MAX_REPORT_LINES), session)
+            reported = parse_report(tool, worker.report_lines(PREFIX), session)
         for stage_id, seen in reported.items():
             findings[stage_id].extend(seen)
         for stage_id, why in failed.items():

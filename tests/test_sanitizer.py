@@ -149,7 +149,7 @@ def test_report_lines_are_found_past_a_flood_of_other_output() -> None:
     with Worker("cpu", launcher=chatty_launcher(3 << 20)) as worker:
         assert worker.device.backend == "cpu"  # the worker started through the launcher
         worker.shut_down()
-        lines = worker.report_lines(PREFIX, 100)
+        lines = worker.report_lines(PREFIX)
     assert lines == ["Error: Race reported between Read access at reduce_shuffle(int)+0x10 in kernel.cu:3"]
     found = parse_report("racecheck", lines, {"shuffle": located("shuffle", 1)})
     assert [f.kind for f in found["shuffle"]] == ["race_syncthreads"]

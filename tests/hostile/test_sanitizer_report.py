@@ -43,7 +43,7 @@ def test_forged_report_lines_cannot_hide_the_tools_report_or_accuse_another_kern
         naive = Builder(worker.device, worker.sandbox).build(get_stage("naive"), KernelSource(forging_kernel()))
         worker.call(run_case, naive, Case((1000,), "integers", 1), 256, timeout=60)
         worker.shut_down()
-        lines = worker.report_lines(PREFIX, 1000)
+        lines = worker.report_lines(PREFIX)
     assert lines[0] == GENUINE and "ERROR SUMMARY: 0 errors" in lines  # the kernel's printf did reach the output
     shuffle = Builder(worker.device, worker.sandbox).build(get_stage("shuffle"), reference_source("shuffle"))
     for tool in ("memcheck", "racecheck", "synccheck"):
@@ -69,3 +69,16 @@ def test_a_kernel_that_prints_is_sanitized_alone_so_it_can_accuse_only_itself() 
             "shuffle": builder.build(get_stage("shuffle"), reference_source("shuffle")),
         }
     assert [sorted(session) for session in sessions(builds)] == [["first_add", "shuffle"], ["naive"], ["sequential"]]
+
+
+def test_a_flood_of_forged_report_lines_cannot_push_the_tools_report_out_of_reach() -> None:
+    # 50,000 lines that look like the tool's but name no kernel (a kernel's printf can print that many in one
+    # launch), then the tool's real report, then the worker.
+    flood = f'yes "{PREFIX}Error: x" | head -n 50000; echo "{PREFIX}{GENUINE}"; exec "$@"'
+    with Worker("cpu", launcher=("/bin/sh", "-c", flood, "launcher")) as worker:
+        assert worker.device.backend == "cpu"  # the worker started through the launcher
+        worker.shut_down()
+        lines = worker.report_lines(PREFIX)
+    shuffle = Builder(worker.device, worker.sandbox).build(get_stage("shuffle"), reference_source("shuffle"))
+    found = parse_report("racecheck", lines, {"shuffle": shuffle})
+    assert [(f.kind, f.line) for f in found["shuffle"]] == [("race_syncthreads", 3)]
