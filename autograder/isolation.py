@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+import typing
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -34,7 +35,7 @@ from autograder import sandbox as sandboxing
 from autograder.backends import create_backend
 from autograder.errors import GraderError, KernelFault, KernelTimeout
 from autograder.records import DeviceInfo
-from autograder.wire import MAX_REPLY_BYTES, WireError, decode_reply, encode_reply
+from autograder.wire import MAX_REPLY_BYTES, WireError, check, decode_reply, encode_reply
 
 STARTUP_SECONDS = 120.0  # creating a CUDA context or compiling the CPU runtime the first time
 LOG_TAIL_CHARS = 2000
@@ -93,7 +94,13 @@ class Worker:
         self._ensure_started()
         assert self._connection is not None
         self._connection.send((_importable(fn), args))
-        return self._receive(timeout, what=getattr(fn, "__name__", "call"))
+        what = getattr(fn, "__name__", "call")
+        reply = self._receive(timeout, what=what)
+        try:
+            return check(typing.get_type_hints(fn).get("return", Any), reply)
+        except WireError as error:
+            self._stop()
+            raise KernelFault(f"the worker sent an invalid reply to {what} ({error}): it was stopped") from None
 
     def close(self) -> None:
         self.shut_down()

@@ -130,6 +130,15 @@ def decode_reply(data: bytes) -> tuple[str, Any]:
         raise WireError(f"the worker's reply does not match the record shapes: {error}") from None
 
 
+def check(tp: Any, value: Any) -> Any:
+    """A decoded reply as the type `tp` (the called function's return annotation) says it must be: a forged
+    frame of valid JSON can hold any value, and the grader unpacks replies by their shape. Raises WireError."""
+    try:
+        return _build(tp, value)
+    except RecursionError:
+        raise WireError("the worker's reply is nested too deep") from None
+
+
 def _decode(data: Any) -> Any:
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
@@ -221,6 +230,8 @@ def _build(tp: Any, value: Any) -> Any:
         if len(arguments) != len(items):
             raise WireError(f"expected {len(arguments)} items, got {len(items)}")
         return tuple(_build(argument, item) for argument, item in zip(arguments, items, strict=True))
+    if origin is list:
+        return [_build(typing.get_args(tp)[0], item) for item in _expect(value, (tuple, list))]
     if origin is dict:
         key_type, value_type = typing.get_args(tp)
         return {_build(key_type, k): _build(value_type, v) for k, v in _expect(value, dict).items()}

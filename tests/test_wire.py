@@ -11,7 +11,7 @@ import pytest
 from autograder import wire
 from autograder.errors import CompileError, KernelFault
 from autograder.records import CompilerMessage, Finding, KernelMetrics, LineMetric
-from autograder.wire import WireError, decode_reply, encode_reply
+from autograder.wire import WireError, check, decode_reply, encode_reply
 
 
 def round_trip(value):
@@ -67,3 +67,11 @@ def test_a_reply_over_the_size_cap_is_refused_before_it_is_parsed(monkeypatch: p
     monkeypatch.setattr(wire, "MAX_REPLY_BYTES", 100)
     with pytest.raises(WireError, match="over the 100-byte limit"):
         decode_reply(b'{"status": "ok", "payload": "' + b"x" * 200 + b'"}')
+
+
+def test_a_reply_is_checked_against_what_the_function_returns() -> None:
+    assert check(list[tuple[str, float]], [("a", 1)]) == [("a", 1.0)]
+    assert check(tuple[float, tuple[Finding, ...]], (0.5, ())) == (0.5, ())
+    for shape, value in ((list[float], "x"), (tuple[float, float], (1.0,)), (float, "1.0"), (type(None), 0)):
+        with pytest.raises(WireError):
+            check(shape, value)

@@ -34,6 +34,7 @@ from autograder.references import reference_source
 from autograder.sandbox import Sandbox
 from autograder.stages import get_stage
 from autograder.verify import correctness_cases, make_input, run_case
+from autograder.wire import encode_reply
 
 NAIVE = get_stage("naive")
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,6 +147,25 @@ static int forged = forge();
     with pytest.raises(KernelFault, match="invalid reply"):
         run_in_sandbox(attack_kernel(prelude))
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("value", ["ab", (1.0,), (float("nan"), ("not a finding",)), (), (1.0, (), 2.0)])
+def test_a_forged_reply_of_valid_json_but_the_wrong_shape_is_a_fault_not_a_grader_failure(value) -> None:
+    # Well-formed replies that the grader would unpack as (value, findings) and crash on, were only the records
+    # in them checked.
+    payload = encode_reply("ok", value)
+    frame = len(payload).to_bytes(4, "big") + payload
+    data = ", ".join(str(b) for b in frame)
+    prelude = f"""
+static int forge() {{
+    static const unsigned char frame[] = {{{data}}};
+    for (int fd = 3; fd < 64; ++fd) write(fd, frame, sizeof frame);
+    return 0;
+}}
+static int forged = forge();
+"""
+    with pytest.raises(KernelFault, match="invalid reply to run_case"):
+        run_in_sandbox(attack_kernel(prelude))
 
 
 def test_the_runtime_api_and_process_functions_cannot_be_linked() -> None:
