@@ -236,8 +236,8 @@ def grade_class(
             tasks.append((submission, folder, options, placement))
     total = len(discovery.submissions)
     if on_student:
-        for result in results:
-            on_student(result.student, len(results), total)
+        for done, result in enumerate(results, 1):
+            on_student(result.student, done, total)
 
     def record(outcome: tuple[str, StudentResult | None, str | None]) -> None:
         student, result, failure = outcome

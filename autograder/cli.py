@@ -129,7 +129,6 @@ def grade(
 ) -> None:
     """Grade every hand-in under SUBMISSIONS (nbgrader's layout or <student>.ipynb files)."""
     options = _options(backend, rubric, seed, quick, speed, sandbox)
-    options = options if resume else options.with_seed()  # a resumed run takes the seed of the results it keeps
     spread = ClassOptions(workers=workers, scheduler=scheduler, gpus=_gpu_list(gpus), resume=resume)
     console = Console(stderr=True)
     where = f"Dask at {scheduler}" if scheduler else f"{workers} worker(s)"

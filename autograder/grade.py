@@ -154,6 +154,7 @@ class _StageGrader:
         # The GPU this student is timed on: its correctness runs share it, its timing has it alone.
         self.gpu = int(options.backend_options.get("device_index", 0)) if worker.device.backend == "gpu" else None
         self.waited = 0.0  # seconds this student waited at its GPU's gate: part of no phase but "gpu wait"
+        self.memo = StageMemo(options.memo_dir) if options.memo_dir is not None else None  # the class memo
 
     def close(self) -> None:
         if self._checker is not None:
@@ -204,8 +205,8 @@ class _StageGrader:
         for item in checked:
             results[item.stage.id] = final = self._finish(item.stage, replace(item.result, phases=item.phases.seconds))
             own = _own_baseline(item.stage, sources, results)
-            if item.memo_key is not None and (own.text if own else None) == item.baseline:
-                StageMemo(self.options.memo_dir).put(item.memo_key, final)  # type: ignore[arg-type]
+            if self.memo is not None and item.memo_key is not None and (own.text if own else None) == item.baseline:
+                self.memo.put(item.memo_key, final)
 
     def _check(
         self,
@@ -223,7 +224,7 @@ class _StageGrader:
             message = "not attempted: the kernel cell is missing, empty, or still the released stub"
             return self._finish(stage, StageResult(stage.id, Status.NOT_ATTEMPTED, message))
         own = _own_baseline(stage, sources, earlier)
-        memo = StageMemo(self.options.memo_dir) if self.options.memo_dir is not None else None
+        memo = self.memo
         key = checked_key = None
         if memo is not None:
             # Everything the result depends on: the source and its first cell line, the options (the seed and
@@ -348,7 +349,6 @@ class _StageGrader:
                 note = "compute-sanitizer is not installed here: the GPU's own checks did not run"
                 item.result = replace(item.result, message=f"{item.result.message} ({note})")
             return
-        memo = StageMemo(self.options.memo_dir) if self.options.memo_dir is not None else None
         keys = {
             item.stage.id: StageMemo.key(
                 "sanitizer", item.stage.id, item.source.text, item.source.cell_line(1), self.rubric.block_size,
@@ -356,7 +356,7 @@ class _StageGrader:
             )
             for item in ran
         }
-        seen = self._sanitized(ran, tool, memo, keys)
+        seen = self._sanitized(ran, tool, keys)
         for item in ran:
             findings: dict[tuple, Finding] = {}
             _collect(findings, item.result.findings)
@@ -367,10 +367,9 @@ class _StageGrader:
             message = "; ".join((result.message, *seen[item.stage.id].notes))
             item.result = replace(result, findings=distinct, hint=advice, message=message)
 
-    def _sanitized(
-        self, ran: list[_Checked], tool: str, memo: StageMemo | None, keys: Mapping[str, str]
-    ) -> dict[str, sanitizer.Sanitized]:
+    def _sanitized(self, ran: list[_Checked], tool: str, keys: Mapping[str, str]) -> dict[str, sanitizer.Sanitized]:
         """What the tools saw in each stage: from the memo where it was kept, else run now (and kept)."""
+        memo = self.memo
 
         def kept() -> dict[str, sanitizer.Sanitized]:
             found = {item.stage.id: memo.get(keys[item.stage.id], sanitizer.Sanitized) for item in ran} if memo else {}
@@ -490,7 +489,7 @@ class _StageGrader:
             if found is None:
                 # Only the reference kernels run in a calibration: a worker of the grader's own, which compiles.
                 options = dict(self.options.backend_options)
-                with Worker(self.worker.backend_name, options, Sandbox(False)) as trusted, gpu_gate(self.gpu, True):
+                with Worker(self.worker.backend_name, options, Sandbox(False)) as trusted, self._gate(exclusive=True):
                     found = trusted.call(calibrations.measure, settings, self.options.seed, timeout=1800)
                 calibrations.write_calibration(found, calibrations.calibration_path(gpu, calibrations.USER_DIR))
             self._calibration = found

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-Task = TypeVar("Task")
 Result = TypeVar("Result")
 
 LOCK_DIR = Path(tempfile.gettempdir()) / "autograder-gpu-locks"
