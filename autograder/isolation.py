@@ -274,15 +274,25 @@ def _reply(connection: Connection, status: str, payload: Any) -> None:
 def _worker_options(backend: str, options: dict[str, Any]) -> tuple[dict[str, Any], tuple[Path, ...]]:
     """The options with what the grader decides made explicit, and the files of the grader's cache the worker
     must read. A sandboxed worker starts with an empty environment, its own home and a read-only view, so the
-    CPU backend's runtime is built here first, and the worker is told which one (fibers kind and cache)."""
-    if backend == "gpu":
-        from autograder.backends.gpu import find_nvcc, hold_ptx
+    CPU backend's runtime is built here first, and the worker is told which one (fibers kind and cache); a GPU
+    worker is handed the timing helper, compiled once here. `auto` gets both: the worker takes what its
+    backend takes (autograder.backends.create_backend)."""
+    if backend in ("gpu", "auto"):
+        options = _with_timing_helper(options)
+    return _with_cpu_runtime(options) if backend in ("cpu", "auto") else (options, ())
 
-        nvcc = options.get("nvcc") or find_nvcc()
-        try:
-            return ({**options, "hold": hold_ptx(nvcc)} if nvcc else options), ()
-        except GraderError:
-            return options, ()  # the worker's backend says why when it starts
+
+def _with_timing_helper(options: dict[str, Any]) -> dict[str, Any]:
+    from autograder.backends.gpu import find_nvcc, hold_ptx
+
+    nvcc = options.get("nvcc") or find_nvcc()
+    try:
+        return {**options, "hold": hold_ptx(nvcc)} if nvcc else options
+    except GraderError:
+        return options  # the worker's backend says why when it starts
+
+
+def _with_cpu_runtime(options: dict[str, Any]) -> tuple[dict[str, Any], tuple[Path, ...]]:
     from autograder.backends.cpu.compiler import cache_directory, prepare_toolchain
 
     fibers = options.get("fibers") or os.environ.get("AUTOGRADER_CPU_FIBERS") or "auto"
