@@ -71,35 +71,37 @@ def synthesise(folder: Path, count: int, seed: int = 0, distinct: bool = False) 
 
 
 class GpuBusy:
-    """The GPU's utilisation sampled by nvidia-smi every 200 ms while grading; None where there is none. Also
+    """The GPU's utilisation sampled by nvidia-smi every 200 ms while grading, where there is one. Also
     what the machine's processes wait for in the kernel while they cannot be interrupted (state D), by where
     they wait and what they run: where a class is slow while the CPUs are idle, that names the lock."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
         self.blocked: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def __enter__(self) -> GpuBusy:
-        if shutil.which("nvidia-smi"):
-            self._thread.start()
+        self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
+        self._thread.join()
 
     def _sample(self) -> None:
+        smi, ps = shutil.which("nvidia-smi"), shutil.which("ps")
         while not self._stop.wait(0.2):
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True,
-            ).stdout.split()
-            if out:
-                self.samples.append(sum(float(x) for x in out) / len(out))
-            if not shutil.which("ps"):
+            self.ticks += 1
+            if smi:
+                query = [smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
+                out = subprocess.run(query, capture_output=True, text=True).stdout.split()
+                if out:
+                    self.samples.append(sum(float(x) for x in out) / len(out))
+            if not ps:
                 continue
-            states = subprocess.run(["ps", "-eo", "stat=,wchan:40=,comm="], capture_output=True, text=True).stdout
+            states = subprocess.run([ps, "-eo", "stat=,wchan:40=,comm="], capture_output=True, text=True).stdout
             for line in states.splitlines():
                 stat, wchan, command = (line.split(None, 2) + ["", ""])[:3]
                 if stat.startswith("D"):
@@ -107,9 +109,9 @@ class GpuBusy:
 
     def waits(self) -> str:
         """The places processes waited in state D most often, with the share of samples that saw each."""
-        seen = len(self.samples) or 1
+        ticks = max(self.ticks, 1)
         top = self.blocked.most_common(5)
-        return "; ".join(f"{command} in {wchan}: {count / seen:.1f} a sample" for (wchan, command), count in top)
+        return "; ".join(f"{command} in {wchan}: {count / ticks:.1f} a sample" for (wchan, command), count in top)
 
     def share(self) -> str:
         return f"{sum(self.samples) / len(self.samples):.0f} %" if self.samples else "n/a (no nvidia-smi)"

@@ -59,8 +59,8 @@ def sessions(tool: str, count: int) -> float:
         subprocess.Popen([sanitizer, "--tool", tool, sys.executable, "-c", SESSION], stdout=subprocess.DEVNULL)
         for _ in range(count)
     ]
-    for process in running:
-        process.wait()
+    failed = sum(process.wait() != 0 for process in running)
+    assert not failed, f"{failed} of {count} sanitized sessions failed: the figures would not be comparable"
     return time.perf_counter() - started
 
 
@@ -81,6 +81,7 @@ def main() -> None:
     finally:
         for process in load:
             process.kill()
+            process.wait()
 
 
 if __name__ == "__main__":
