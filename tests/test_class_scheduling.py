@@ -84,6 +84,9 @@ def test_resume_regrades_a_changed_notebook_and_a_changed_rubric(klass: Path, se
     by_student = {r.student: r for r in again.results}
     assert by_student["bob"].total == by_student["alice"].total
     assert by_student["carol"].started == next(r for r in serial.results if r.student == "carol").started
+    fixed = replace(OPTIONS, rubric=replace(OPTIONS.rubric, sha256="f1" * 32))  # the rubric file changed
+    regraded = grade_class(folder, out, fixed, spread=ClassOptions(resume=True))
+    assert {r.rubric for r in regraded.results} == {fixed.rubric.label} != {OPTIONS.rubric.label}
 
 
 def test_students_are_spread_round_robin_over_the_gpus() -> None:
