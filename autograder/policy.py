@@ -6,26 +6,49 @@ inline assembly, code that runs when its library is loaded, the grader's runtime
 those is refused here, with the cell line, what was refused, why, and what to do. This is a first fence, not the
 trust boundary: a hand-in that gets past it is still compiled and run inside the sandbox.
 
-The check reads the source as the compiler's preprocessor does: trigraphs are refused, line splices
-(backslash-newline) are joined, comments and literals are skipped, and digraphs (`%:`, `<:`) are read as the
-punctuators they stand for. Token pasting (`##`), universal character names and raw strings are refused, so every
-identifier the compiler will see is spelled out in the source and checked here, also inside `#define`s and
-`#if 0` blocks. Messages name at most the offending token, never more of the source.
+The check reads the source as the compilers' preprocessor (GCC's, which nvcc runs too) does: line splices
+(backslash-newline) are joined, comments and literals are skipped, a quote not closed on its line runs to the end of
+the line as one token (GCC's CPP_OTHER), digraphs (`%:`, `<:`) are read as the punctuators they stand for, and
+trigraphs are left as they are (g++ -std=gnu++17 and nvcc replace none). Token pasting (`##`), universal character
+names and raw strings are refused, so every identifier the compiler will see is spelled out in the source and
+checked here, also inside `#define`s. Refused wherever it lies: an apostrophe that follows both a digit and a
+non-ASCII character (or a backslash) in one run of word characters, as `1é'x`: whether GCC reads it as a digit
+separator or as a quote depends on which characters it takes into identifiers, and this check does not guess.
+Messages name at most the offending token, never more of the source.
+
+Text in a conditional group that the preprocessor skips (`#if 0`, the `#else` of a true `#if`, ...) is never
+compiled, and may hold anything. Which groups are skipped is asked of the compilers' own preprocessors, never
+guessed, and only when something is refused inside a conditional group: the source is preprocessed in the sandbox
+with `#error <nonce> <group>` after every conditional directive (and an `#else` holding one where a chain has
+none), by g++ with the CPU prelude under the flags of each of the CPU backend's builds and by nvcc for sm_90 and
+for the GPU's own architecture, whichever backend grades: so a hand-in gets one verdict on both backends, wherever
+both compilers are installed. `#error` cannot be silenced by a pragma or changed by a macro, and fires inside a
+macro call's arguments too. What lies in a group whose marker fires under none of them is dropped; everything
+else stays refused. Every group is checked as if it were compiled where no sandbox is given, where no compiler is
+here, and where the answer could be wrong: the preprocessor reports any other error (a missing header stops it
+early), the markers that fire are not one group of each chain whose enclosing group is taken, a chain is not
+closed, or the source uses `__LINE__` (the markers move lines).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+import secrets
+import tempfile
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from autograder.errors import CompileError
-from autograder.records import CompilerMessage, KernelSource
+from autograder.errors import BackendUnavailable, CompileError, GraderError
+from autograder.records import CompilerMessage, DeviceInfo, KernelSource
+from autograder.sandbox import Sandbox
 
 MAX_SOURCE_CHARS = 100_000
 MAX_MESSAGES = 20
 SHOWN_CHARS = 40  # at most this much of an offending token is quoted in a message
 MAX_ATTRIBUTE_TOKENS = 64  # an allowed __attribute__((...)) is short; a longer one is refused unread
+SOURCE_NAME = "kernel.cu"  # the name both backends compile the source under
 
 # Headers found through angle brackets in the C/C++ library and the CUDA toolkit; nothing else is included.
 ALLOWED_HEADERS = frozenset(
@@ -60,14 +83,14 @@ ALLOWED_HEADERS = frozenset(
     }
 )
 
-# Directives allowed besides #include, #define/#undef and #pragma (checked on their own).
-_PLAIN_DIRECTIVES = frozenset(
-    {"if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif", "error", "warning"}
-)
+# The directives that open, continue and close conditional groups; the preprocessor follows them even in groups it
+# skips. Directives allowed besides these, #include, #define/#undef and #pragma (checked on their own):
+_OPENING = frozenset({"if", "ifdef", "ifndef"})
+_CONTINUING = frozenset({"elif", "elifdef", "elifndef", "else"})
+_PLAIN_DIRECTIVES = frozenset({*_OPENING, *_CONTINUING, "endif", "error", "warning"})
 _ALLOWED_PRAGMAS = frozenset({"unroll", "nounroll", "once"})
 # __attribute__((...)) may name only these (with or without surrounding underscores).
 _ALLOWED_ATTRIBUTES = frozenset({"aligned", "packed", "unused", "always_inline", "noinline"})
-
 _RESERVED = re.compile(r"_*ag(?:_|$)", re.IGNORECASE)  # the grader's runtime: ag_, __ag_, AG_, namespace ag
 _CUDA_BUILTINS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "dim3", "uint3"})
 
@@ -125,7 +148,9 @@ _PROBES = frozenset(
 _ATTRIBUTE_KEYWORDS = frozenset({"__attribute__", "__attribute"})
 
 _SPLICE = re.compile(r"\\[ \t\f\v]*\n")
-_BAD_CHARACTER = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\r\ud800-\udfff]|\?\?[=/'()!<>\-]")
+_BAD_CHARACTER = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\r\ud800-\udfff]")
+# GCC's preprocessing tokens. A number runs on through digit separators (an apostrophe followed by a digit, letter,
+# `_` or `$`), and an unclosed quote runs to the end of its line (GCC's CPP_OTHER).
 _TOKEN = re.compile(
     r"""
       (?P<space>[ \t\f\v]+)
@@ -135,34 +160,93 @@ _TOKEN = re.compile(
     | (?P<raw>(?:u8|u|U|L)?R")
     | (?P<string>(?:u8|u|U|L)?"(?:[^"\\\n]|\\.)*")
     | (?P<char>(?:u8|u|U|L)?'(?:[^'\\\n]|\\.)*')
-    | (?P<open_literal>(?:u8|u|U|L)?["'])
-    | (?P<number>\.?[0-9](?:[eEpP][+-]|'?[A-Za-z0-9_.])*)
+    | (?P<unclosed>(?:u8|u|U|L)?["'][^\n]*)
+    | (?P<number>\.?[0-9](?:[eEpP][+-]|[A-Za-z0-9_$.]|'+(?=[A-Za-z0-9_$]))*)
     | (?P<identifier>[A-Za-z_$][A-Za-z0-9_$]*)
     | (?P<punct>%:%:|\#\#|%:|<:|:>|<%|%>|::|[-+*/%<>=!&|^~?:;,.()\[\]{}\#])
     | (?P<other>.)
     """,
     re.VERBOSE | re.DOTALL,
 )
+# A run of characters a number or an identifier may take in, where GCC's reading of an apostrophe depends on which
+# non-ASCII characters (or universal character names) it takes into identifiers.
+_WORD_RUN = re.compile(r"[A-Za-z0-9_$.'\\+\-\u0080-\U0010ffff]+")
+_UNSURE_CHARACTER = re.compile(r"[\\\u0080-\U0010ffff]")
+_LITERAL_PREFIX = re.compile(r"u8|u|U|L")
 _HASH = frozenset({"#", "%:"})
 _PASTE = frozenset({"##", "%:%:"})
 _OPEN = {"(": ")", "[": "]", "<:": ":>", "{": "}", "<%": "%>"}
 _INCLUDE_LINE = re.compile(r"[ \t\f\v]*<([A-Za-z0-9_./]+)>[ \t\f\v]*(?:/\*.*?\*/[ \t\f\v]*)*(?://.*)?")
 
 Problem = tuple[int, str]  # (line of the kernel source, message)
+# Preprocesses a source in every way its backend compiles it and returns what the compiler said each time.
+Preprocess = Callable[[str], list[str]]
 
 
 @dataclass(frozen=True)
 class _Token:
-    kind: str  # identifier, number, string, char, punct, newline
+    kind: str  # identifier, number, string, char, unclosed, punct, newline, other
     text: str
     line: int  # line of the kernel source, 1-based
+    start: int  # offset of the token in the spliced text
     end: int  # offset just past the token in the spliced text
 
 
-def check_source(source: KernelSource) -> None:
+@dataclass(frozen=True)
+class _Row:
+    """A logical line: its tokens, and where it starts and ends in the spliced text."""
+
+    tokens: list[_Token]
+    start: int  # just past the line end before it (0 for the first line)
+    end: int  # offset of the line end that closes it
+
+
+@dataclass(frozen=True)
+class _Spliced:
+    """The source with its line splices joined, and where each character of it comes from."""
+
+    text: str
+    origins: list[int]  # offset in the source of each character of `text`, and of its end
+    line_ends: list[int]  # offsets of the source's newlines
+
+    def line(self, offset: int) -> int:
+        """The source line of the character at `offset` in `text`."""
+        return bisect_left(self.line_ends, self.origins[offset]) + 1
+
+
+@dataclass
+class _Chain:
+    """An #if ... #endif: its groups (branch numbers), in order, and the group it lies in (None: the top level)."""
+
+    parent: int | None
+    branches: list[int] = field(default_factory=list)
+    has_else: bool = False
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """The conditional groups of a source: the branch each logical line lies in, and where the markers go."""
+
+    branch_of_row: list[int | None]  # the innermost group of each row; None at the top level
+    chains: list[_Chain]
+    markers: list[tuple[int, int, bool]]  # (offset in the source, branch, whether an #else goes before the marker)
+    closed: bool  # every #elif, #else and #endif belongs to an open #if, and every #if is closed
+
+
+@dataclass(frozen=True)
+class _Found:
+    line: int
+    text: str
+    branch: int | None  # the conditional group it lies in; None where it is refused whatever the preprocessor skips
+
+
+def check_source(source: KernelSource, sandbox: Sandbox | None = None, device: DeviceInfo | None = None) -> None:
     """Raise CompileError, with a message per refused construct on its notebook cell line, unless `source` keeps
-    to the policy."""
-    problems = source_problems(source.text)
+    to the policy. Given the `sandbox` (and the `device` the source will be built for), the compilers'
+    preprocessors tell which conditional groups are skipped (only when something is refused inside one); without
+    it every group is checked."""
+    preprocess = _preprocessor(sandbox, device) if sandbox is not None else None
+    problems = source_problems(source.text, preprocess)
     if not problems:
         return
     messages = tuple(CompilerMessage("error", source.cell_line(line), text) for line, text in problems)
@@ -171,18 +255,26 @@ def check_source(source: KernelSource) -> None:
     raise CompileError(f"refused before compiling: {where}{first.text}", messages)
 
 
-def source_problems(text: str) -> list[Problem]:
-    """What `text` holds against the policy, in source order (at most MAX_MESSAGES); empty when it keeps to it."""
+def source_problems(text: str, preprocess: Preprocess | None = None) -> list[Problem]:
+    """What `text` holds against the policy, in source order (at most MAX_MESSAGES); empty when it keeps to it.
+    What lies in conditional groups that `preprocess` shows to be skipped is left out."""
     if len(text) > MAX_SOURCE_CHARS:
         return [(1, f"the kernel is {len(text)} characters long, more than the {MAX_SOURCE_CHARS} accepted; "
                     "a reduction kernel is far shorter: remove what it does not need")]
     text = text.replace("\r\n", "\n")
-    problems = _character_problems(text)
-    if not problems:
-        logical, lines = _splice(text)
-        tokens, problems = _lex(logical, lines)
-        problems += _token_problems(tokens, logical)
-    unique = list(dict.fromkeys(problems))
+    found = _character_problems(text)
+    if not found:
+        text += "\n"  # the compiler ends the last line, even one without a line end or ending in a line splice
+        spliced = _splice(text)
+        tokens, found = _lex(spliced)
+        rows = _rows(tokens, len(spliced.text))
+        groups = _groups(rows, spliced)
+        found += _token_problems(rows, groups, spliced.text)
+        if preprocess is not None and any(problem.branch is not None for problem in found):
+            taken = _taken_branches(text, tokens, groups, preprocess)
+            if taken is not None:
+                found = [problem for problem in found if problem.branch is None or problem.branch in taken]
+    unique = list(dict.fromkeys((problem.line, problem.text) for problem in found))
     return sorted(unique, key=lambda problem: problem[0])[:MAX_MESSAGES]
 
 
@@ -190,94 +282,277 @@ def _shown(token: str) -> str:
     return token if len(token) <= SHOWN_CHARS else token[:SHOWN_CHARS] + "..."
 
 
-def _character_problems(text: str) -> list[Problem]:
+def _character_problems(text: str) -> list[_Found]:
     """Characters that would make the compiler read the source otherwise than this check does."""
     problems = []
     for match in _BAD_CHARACTER.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
         found = match.group()
-        if found.startswith("??"):
-            message = (f"the trigraph `{found}` is refused: some compilers read it as another character, which could "
-                       "hide code from this check; write the character itself")
-        elif "\ud800" <= found <= "\udfff":
+        if "\ud800" <= found <= "\udfff":
             message = "the kernel holds a character that is not valid Unicode (a lone surrogate); delete it"
         else:
             message = (f"the control character U+{ord(found):04X} is refused: the compiler may read it as a line "
                        "break or skip it; delete it")
-        problems.append((line, message))
+        problems.append(_Found(line, message, None))
         if len(problems) == MAX_MESSAGES:
             break
     return problems
 
 
-def _splice(text: str) -> tuple[str, list[int]]:
-    """`text` with every backslash-newline removed, as the compiler joins lines, and the source line of each of
-    its characters."""
-    kept: list[str] = []
-    lines: list[int] = []
-    line, position = 1, 0
+def _splice(text: str) -> _Spliced:
+    """`text` with every backslash-newline removed, as the compiler joins lines."""
+    pieces: list[str] = []
+    origins: list[int] = []
+    position = 0
     for match in [*_SPLICE.finditer(text), None]:
         end = match.start() if match else len(text)
-        for character in text[position:end]:
-            kept.append(character)
-            lines.append(line)
-            line += character == "\n"
+        pieces.append(text[position:end])
+        origins.extend(range(position, end))
         if match:
-            line += 1
             position = match.end()
-    return "".join(kept), lines
+    origins.append(len(text))
+    line_ends = [match.start() for match in re.finditer("\n", text)]
+    return _Spliced("".join(pieces), origins, line_ends)
 
 
-def _lex(logical: str, lines: Sequence[int]) -> tuple[list[_Token], list[Problem]]:
-    """The preprocessing tokens of the spliced text, less whitespace and comments, with a token per line end."""
+def _lex(spliced: _Spliced) -> tuple[list[_Token], list[_Found]]:
+    """The preprocessing tokens of the spliced text, less whitespace and comments, with a token per line end; and
+    what makes the rest of the text unreadable (refused wherever it lies, and read no further)."""
+    unsure = _unsure_apostrophes(spliced.text)
     tokens: list[_Token] = []
-    problems: list[Problem] = []
-    for match in _TOKEN.finditer(logical):
-        kind, text, line = match.lastgroup or "other", match.group(), lines[match.start()]
+    for match in _TOKEN.finditer(spliced.text):
+        kind, text, line = match.lastgroup or "other", match.group(), spliced.line(match.start())
         if kind in ("space", "comment"):
             continue
         if kind == "open_comment":
-            problems.append((line, "a /* comment is never closed; close it with */"))
-            break
-        if kind == "open_literal":
-            problems.append((line, "a string or character literal is not closed on its line; close it"))
-            break
+            return tokens, [_Found(line, "a /* comment is never closed; close it with */", None)]
         if kind == "raw":
-            problems.append((line, "raw string literals (R\"...\") are refused: the compiler reads them before "
-                                   "joining lines, so they could hide code from this check; use a plain string"))
-            break
-        if kind == "other":
-            if text == "\\":
-                problems.append((line, "a backslash outside a string or character literal is refused (universal "
-                                       "character names can spell refused names); write names in plain ASCII"))
-            elif not text.isascii():
-                problems.append((line, f"the character U+{ord(text):04X} outside comments and strings is refused: "
-                                       "write code in plain ASCII (comments and strings may hold any text)"))
-            continue
-        tokens.append(_Token(kind, text, line, match.end()))
-    return tokens, problems
+            return tokens, [_Found(line, "raw string literals (R\"...\") are refused: the compiler reads them "
+                                         "before joining lines, so they could hide code from this check; use a "
+                                         "plain string", None)]
+        if any(unsure[match.start() + index] for index in _apostrophes(kind, text)):
+            return tokens, [_Found(line, "an apostrophe next to a digit and a non-ASCII character (or a backslash) "
+                                         "is refused: whether the compiler reads it as a digit separator or as a "
+                                         "quote depends on the character; put a space before the apostrophe", None)]
+        tokens.append(_Token(kind, text, line, match.start(), match.end()))
+    return tokens, []
 
 
-def _logical_lines(tokens: list[_Token]) -> list[list[_Token]]:
-    rows: list[list[_Token]] = [[]]
+def _unsure_apostrophes(text: str) -> bytearray:
+    """Marks each character of `text` that follows, in one run of characters a number or an identifier may take in,
+    both a digit and a non-ASCII character or a backslash. GCC takes such a character into a number or an
+    identifier only if it may appear in identifiers, so an apostrophe after it may be a digit separator to GCC
+    where this check reads a quote, or the other way round."""
+    unsure = bytearray(len(text))
+    for run in _WORD_RUN.finditer(text):
+        digit = re.search("[0-9]", run.group())
+        character = _UNSURE_CHARACTER.search(run.group())
+        if digit and character:
+            first = run.start() + max(digit.start(), character.start()) + 1
+            unsure[first : run.end()] = b"\x01" * (run.end() - first)
+    return unsure
+
+
+def _apostrophes(kind: str, text: str) -> list[int]:
+    """Where in a token its digit separators are, or the apostrophe that opens it."""
+    if kind == "number":
+        return [index for index, character in enumerate(text) if character == "'"]
+    if kind in ("char", "unclosed"):
+        opening = _LITERAL_PREFIX.match(text)
+        index = opening.end() if opening else 0
+        return [index] if text[index] == "'" else []
+    return []
+
+
+def _rows(tokens: list[_Token], end: int) -> list[_Row]:
+    """The logical lines of `tokens`; the last one ends at `end` where the lexer stopped before a line end."""
+    rows: list[_Row] = []
+    current: list[_Token] = []
+    start = 0
     for token in tokens:
-        if token.kind == "newline":
-            rows.append([])
-        else:
-            rows[-1].append(token)
-    return [row for row in rows if row]
+        if token.kind != "newline":
+            current.append(token)
+            continue
+        if current:
+            rows.append(_Row(current, start, token.start))
+        current, start = [], token.end
+    if current:
+        rows.append(_Row(current, start, end))
+    return rows
 
 
-def _token_problems(tokens: list[_Token], logical: str) -> list[Problem]:
-    problems: list[Problem] = []
-    for row in _logical_lines(tokens):
-        if row[0].text in _HASH:
-            problems += _directive_problems(row, logical)
+def _conditional(row: _Row) -> str | None:
+    """The name of the conditional directive `row` is, if it is one."""
+    tokens = row.tokens
+    if len(tokens) > 1 and tokens[0].text in _HASH and tokens[1].kind == "identifier":
+        name = tokens[1].text
+        return name if name in _OPENING or name in _CONTINUING or name == "endif" else None
+    return None
+
+
+def _groups(rows: list[_Row], spliced: _Spliced) -> _Groups:
+    """The conditional groups, read as the preprocessor reads them, whether or not it skips them; and a marker
+    after each conditional directive, with an #else before the #endif of a chain that has none."""
+    branch_of_row: list[int | None] = []
+    chains: list[_Chain] = []
+    markers: list[tuple[int, int, bool]] = []
+    open_chains: list[_Chain] = []
+    closed = True
+    count = 0
+
+    def open_branch(chain: _Chain, offset: int, with_else: bool) -> None:
+        nonlocal count
+        chain.branches.append(count)
+        markers.append((offset, count, with_else))
+        count += 1
+
+    for row in rows:
+        innermost = open_chains[-1].branches[-1] if open_chains else None
+        directive = _conditional(row)
+        after = spliced.origins[row.end] + 1
+        if directive in _OPENING:
+            branch_of_row.append(innermost)
+            chains.append(_Chain(innermost))
+            open_chains.append(chains[-1])
+            open_branch(chains[-1], after, with_else=False)
+        elif directive in _CONTINUING or directive == "endif":
+            if not open_chains or (open_chains[-1].has_else and directive != "endif"):
+                closed = False  # the preprocessor refuses it
+                branch_of_row.append(innermost)
+                continue
+            chain = open_chains[-1]
+            branch_of_row.append(chain.parent)
+            if directive == "endif":
+                open_chains.pop()
+                if not chain.has_else:
+                    before = spliced.origins[row.start - 1] + 1 if row.start else 0
+                    open_branch(chain, before, with_else=True)
+            else:
+                chain.has_else = directive == "else"
+                open_branch(chain, after, with_else=False)
         else:
-            problems += _code_problems(row, in_define=False)
-        if len(problems) >= MAX_MESSAGES:
-            break  # enough to act on; a flood of problems must not cost the grader time
-    return problems
+            branch_of_row.append(innermost)
+    return _Groups(branch_of_row, chains, markers, closed and not open_chains)
+
+
+def _token_problems(rows: list[_Row], groups: _Groups, logical: str) -> list[_Found]:
+    found: list[_Found] = []
+    top_level = 0
+    for row, branch in zip(rows, groups.branch_of_row, strict=True):
+        tokens = row.tokens
+        if tokens[0].text in _HASH:
+            problems = _directive_problems(tokens, logical)
+        else:
+            problems = _code_problems(tokens, in_define=False)
+        found += [_Found(line, text, branch) for line, text in problems]
+        top_level += len(problems) if branch is None else 0
+        if top_level >= MAX_MESSAGES:
+            break  # enough to act on, and none of it can be dropped; a flood must not cost the grader time
+    return found
+
+
+def _taken_branches(text: str, tokens: list[_Token], groups: _Groups, preprocess: Preprocess) -> set[int] | None:
+    """The conditional groups the backend compiles under any of its flag sets; None where that cannot be told."""
+    if not groups.closed or any(token.text == "__LINE__" for token in tokens):
+        return None  # the preprocessor refuses an unclosed chain; a condition on __LINE__ sees the moved lines
+    nonce = secrets.token_hex(16)
+    try:
+        logs = preprocess(_marked(text, groups.markers, nonce))
+    except (GraderError, OSError):
+        return None
+    marker = re.compile(rf": error: #error {nonce} (\d+)$")
+    taken: set[int] = set()
+    for log in logs:
+        fired: set[int] = set()
+        for line in log.splitlines():
+            match = marker.search(line)
+            if match:
+                fired.add(int(match.group(1)))
+            elif "error" in line.lower():
+                return None  # an error of the source's own, or a fatal one after which no marker fires
+        if not _fits(fired, groups.chains):
+            return None
+        taken |= fired
+    return taken
+
+
+def _marked(text: str, markers: list[tuple[int, int, bool]], nonce: str) -> str:
+    """`text` with an `#error <nonce> <branch>` line at each marker's offset, after an `#else` where it asks for
+    one. The markers are in source order, so a marker after an #if comes before the #else added at its #endif."""
+    pieces = []
+    position = 0
+    for offset, branch, with_else in sorted(markers, key=lambda marker: marker[0]):
+        pieces += [text[position:offset], "#else\n" if with_else else "", f"#error {nonce} {branch}\n"]
+        position = offset
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+def _fits(fired: set[int], chains: list[_Chain]) -> bool:
+    """Whether the groups whose markers fired are a choice the preprocessor could have made among `chains`: one
+    group of each chain whose enclosing group is taken, none of the others."""
+    for chain in chains:
+        taken = chain.parent is None or chain.parent in fired
+        if len(fired.intersection(chain.branches)) != int(taken):
+            return False
+    return True
+
+
+def _preprocessor(sandbox: Sandbox, device: DeviceInfo | None) -> Preprocess:
+    """Preprocesses a source in `sandbox` with every command by which a backend compiles it."""
+
+    def preprocess(text: str) -> list[str]:
+        logs = []
+        with tempfile.TemporaryDirectory(prefix="autograder-policy-") as directory:
+            folder = Path(directory)
+            (folder / SOURCE_NAME).write_text(text)
+            for argv, seconds, readable in _preprocess_commands(device):
+                result = sandbox.run_tool([*argv, SOURCE_NAME, "-o", "/dev/null"], folder, seconds, readable=readable)
+                logs.append(result.stderr)
+        return logs
+
+    return preprocess
+
+
+POLICY_ARCH = "sm_90"  # nvcc's architecture for the policy wherever no GPU says another: the H200's and H100's
+
+
+def _preprocess_commands(device: DeviceInfo | None) -> list[tuple[list[str], float, tuple[Path, ...]]]:
+    """The `-E` commands that preprocess a kernel as each backend compiles it, with their time limits and the
+    folders they read: g++ with the CPU prelude under each of the CPU backend's builds, and nvcc for POLICY_ARCH
+    and the GPU's own architecture. Asking all of them, not only the backend's own, gives a hand-in one verdict
+    on both backends. Raises BackendUnavailable where neither compiler is here."""
+    from autograder.backends.cpu.compiler import (
+        CHECK_FLAGS,
+        COMMON_FLAGS,
+        COMPILE_SECONDS,
+        PRELUDE_FLAGS,
+        RUNTIME_DIR,
+        find_compiler,
+    )
+    from autograder.backends.gpu import NVCC_OPTIONS, NVCC_SECONDS, find_nvcc
+
+    commands = []
+    try:
+        compiler, _ = find_compiler()
+    except BackendUnavailable:
+        pass
+    else:
+        # The plain build, the instrumented one (it defines __SANITIZE_THREAD__), and the __shared__ rewrite's g++ -E.
+        for flags in ((), CHECK_FLAGS, ("-DAG_PREPROCESSING",)):
+            argv = [compiler, *COMMON_FLAGS, *flags, "-E", *PRELUDE_FLAGS, "-x", "c++"]
+            commands.append((argv, COMPILE_SECONDS, (RUNTIME_DIR,)))
+    nvcc = find_nvcc()
+    if nvcc is not None:
+        archs = {POLICY_ARCH}
+        if device is not None and device.backend == "gpu" and device.compute_capability:
+            archs.add("sm_" + device.compute_capability.replace(".", ""))
+        plain = ("-Xcompiler", "-fdiagnostics-plain-output")  # no source lines quoted under the messages
+        for arch in sorted(archs):
+            commands.append(([nvcc, "--cubin", f"-arch={arch}", *NVCC_OPTIONS, *plain, "-E"], NVCC_SECONDS, ()))
+    if not commands:
+        raise BackendUnavailable("neither g++ nor nvcc is here to preprocess with")
+    return commands
 
 
 def _directive_problems(row: list[_Token], logical: str) -> list[Problem]:
@@ -351,6 +626,15 @@ def _code_problems(row: list[_Token], in_define: bool) -> list[Problem]:
                                          "refuse; write names out in full"))
         elif token.text in _HASH and not in_define:
             problems.append((token.line, "a stray `#` is refused: `#` starts a directive only at the start of a line"))
+        elif token.kind == "unclosed":
+            problems.append((token.line, "a string or character literal is not closed on its line; close it"))
+        elif token.kind == "other" and token.text == "\\":
+            problems.append((token.line, "a backslash outside a string or character literal is refused (universal "
+                                         "character names can spell refused names); write names in plain ASCII"))
+        elif token.kind == "other" and not token.text.isascii():
+            problems.append((token.line, f"the character U+{ord(token.text):04X} outside comments and strings is "
+                                         "refused: write code in plain ASCII (comments and strings may hold any "
+                                         "text)"))
         elif token.kind == "identifier":
             message = _identifier_problem(token.text, after)
             if message is None and token.text in _ATTRIBUTE_KEYWORDS:

@@ -3,7 +3,9 @@
 Each kernel in tests/hostile/kernels/ is the naive reference kernel with one attack in front of it, and its second
 line says where and what must be refused: `// refused at line N: <part of the message>`. A test fails when an
 attack gets past the policy, when its message names another line, or when a message quotes more than the offending
-token. Every kernel the project ships or tests as legitimate must pass untouched.
+token. Each attack is tried with no compiler asked and with the preprocessor of each backend asked which conditional
+groups it skips (the group_*.cu kernels attack that question). Every kernel the project ships or tests as legitimate
+must pass untouched.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_policy_groups import preprocessing  # tests/ is on the path, as the folder of its conftest
 
 from autograder.errors import CompileError
 from autograder.grade import GradeOptions, grade_notebook
@@ -33,17 +36,20 @@ LEGITIMATE = sorted(
 )
 
 
-def refusal(text: str, location: SourceLocation | None = None) -> CompileError:
+def refusal(text: str, location: SourceLocation | None = None, backend: str | None = None) -> CompileError:
+    """The policy's refusal of `text`, asking `backend`'s preprocessor which groups it skips (or none)."""
+    asked = preprocessing(backend) if backend else ()
     with pytest.raises(CompileError) as raised:
-        check_source(KernelSource(text, location))
+        check_source(KernelSource(text, location), *asked)
     return raised.value
 
 
+@pytest.mark.parametrize("backend", [None, "cpu", "gpu"], ids=["no-compiler", "cpu", "gpu"])
 @pytest.mark.parametrize("path", sorted(HOSTILE.glob("*.cu")), ids=lambda path: path.stem)
-def test_a_hostile_kernel_is_refused_on_its_line(path: Path) -> None:
+def test_a_hostile_kernel_is_refused_on_its_line(path: Path, backend: str | None) -> None:
     text = path.read_text()
     line, fragment = EXPECTED.fullmatch(text.splitlines()[1]).groups()
-    messages = refusal(text).messages
+    messages = refusal(text, backend=backend).messages
     assert any(m.line == int(line) and fragment in m.text for m in messages), messages
     assert all(m.severity == "error" for m in messages)
 
@@ -66,7 +72,7 @@ def test_what_looks_suspicious_in_comments_strings_and_allowed_forms_passes() ->
 #define BLOCK 256
 #define ALIGNED __attribute__((aligned(16)))
 #if 0
-    #include "old_helpers.cu"  // never compiled, but refused anyway: see the next test
+    #include "old_helpers.cu"  // never compiled: g++ skips this group
 #endif
 // system("rm -rf /"); asm("nop"); #include "x.cu"; ag_clear_findings(); fopen
 /* [[gnu::constructor]] extern "C" __attribute__((constructor)) */
@@ -88,11 +94,10 @@ __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n)
     if (tid == 0) g_out[blockIdx.x] = sdata[0] + local[0];
 }
 """
-    assert source_problems(kernel.replace('    #include "old_helpers.cu"', "")) == []
+    check_source(KernelSource(kernel), *preprocessing("cpu"))
 
 
-def test_code_in_an_if_0_block_is_checked_too() -> None:
-    # What the preprocessor skips is still checked: deciding what it skips would mean running it.
+def test_code_in_an_if_0_block_is_checked_where_no_compiler_tells_it_is_skipped() -> None:
     (message,) = refusal('#if 0\n#include "old_helpers.cu"\n#endif\n').messages
     assert message.line == 2 and "quoted #include" in message.text
 
@@ -169,3 +174,9 @@ def test_a_kernel_with_c_linkage_is_legal_and_a_c_declaration_is_not() -> None:
     kernel = 'extern "C" __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {}\n'
     assert source_problems(kernel) == []
     assert any("C linkage" in text for _, text in source_problems('extern "C" float helper(float x);\n'))
+
+
+@pytest.mark.parametrize("ending", ["", "\n", "\\\n", "\\"], ids=["no-line-end", "line-end", "splice", "backslash"])
+def test_the_last_line_is_checked_however_it_ends(ending: str) -> None:
+    (message,) = refusal('int x;\nstatic int pwned = system("id");' + ending).messages
+    assert message.line == 2 and "`system` is refused" in message.text

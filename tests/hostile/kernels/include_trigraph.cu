@@ -1,6 +1,7 @@
-// Spell # as the trigraph ??=.
-// refused at line 3: the trigraph `??=` is refused
-??=include "secret.cu"
+// Hide a directive in a comment ended by the trigraph ??/, a line splice where trigraphs are replaced.
+// refused at line 4: a quoted #include
+// g++ -std=gnu++17 and nvcc replace no trigraph, so this comment ends here ??/
+#include "secret.cu"
 __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n)
 {
     extern __shared__ float sdata[];
