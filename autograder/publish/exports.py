@@ -22,6 +22,7 @@ from autograder.publish.feedback import file_stems
 from autograder.publish.figures import StageFigures, all_figures, best_verified, case_value, fmt_number
 from autograder.publish.results import load_results, results_folder
 from autograder.records import PerfVerdict, Status, StudentResult
+from autograder.spreadsheets import csv_text
 from autograder.stages import STAGES
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
@@ -201,6 +202,6 @@ def main(
     if lms:
         target.mkdir(parents=True, exist_ok=True)
         path = target / "gradebook.csv"
-        gradebook(results).to_csv(path, index=False, float_format="%g")
+        path.write_text(csv_text(gradebook(results), float_format="%g"), encoding="utf-8")
         written.append(path)
     return written

@@ -37,6 +37,7 @@ from autograder.publish.pseudonyms import pseudonyms, resolve_salt
 from autograder.publish.render import Table, markdown_table, render, write_text
 from autograder.publish.results import load_results, results_folder
 from autograder.records import Status, StudentResult
+from autograder.spreadsheets import csv_text
 from autograder.stages import STAGES, Stage
 
 RANKED_STAGES: tuple[Stage, ...] = tuple(stage for stage in STAGES if not stage.optional)
@@ -216,8 +217,8 @@ def write_leaderboard(
     """leaderboard.csv, leaderboard-open.csv, leaderboard.md and leaderboard.html in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "leaderboard.csv", out / "leaderboard-open.csv"]
-    board.board.to_csv(written[0], index=False, float_format="%.6g")
-    board.open_board.to_csv(written[1], index=False, float_format="%.6g")
+    for path, table in zip(written, (board.board, board.open_board), strict=True):
+        path.write_text(csv_text(table, float_format="%.6g"), encoding="utf-8")
     context = {
         "title": title,
         "version": __version__,
