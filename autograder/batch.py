@@ -27,11 +27,13 @@ from pathlib import Path
 import pandas as pd
 
 from autograder.errors import GraderError
+from autograder.executors import close_kept
 from autograder.grade import GradeOptions, grade_notebook
 from autograder.memo import grader_version
 from autograder.records import StudentResult, from_dict, to_dict
 from autograder.sandbox import Sandbox
 from autograder.schedule import Placement, place, run
+from autograder.spreadsheets import csv_text
 from autograder.stages import STAGE_IDS
 
 PREFERRED_NOTEBOOK = "reduction.ipynb"
@@ -71,6 +73,7 @@ class ClassRun:
     failures: tuple[tuple[str, str], ...]  # (student, what went wrong in the grader)
     out: Path
     skipped: tuple[Skipped, ...] = ()
+    lost_workers: int = 0  # worker processes of a cluster lost on the way (their students were graded again)
 
 
 LINK_REFUSED = "a symbolic link: refused without being read; hand in the file itself"
@@ -198,6 +201,9 @@ class ClassOptions:
     scheduler: str | None = None  # the address of an existing Dask cluster
     gpus: tuple[int, ...] = ()  # the GPUs students are placed on (round robin); () for the default device
     resume: bool = False  # keep the results of students whose notebook, rubric and grader are unchanged
+    # Keep a grading process's GPU workers from one student to the next where that is safe (autograder.executors);
+    # False gives every student fresh ones, at a CUDA context or four a student.
+    share_workers: bool = True
 
 
 def grade_class(
@@ -225,6 +231,7 @@ def grade_class(
     Sandbox(options.sandbox).require()  # refuse untrusted code up front where it cannot be isolated
     results: list[StudentResult] = []
     failures: list[tuple[str, str]] = []
+    unwritten: list[str] = []  # students the grader failed on with no result at all
     tasks = []
     for submission, placement in zip(
         discovery.submissions, place(len(discovery.submissions), spread.gpus), strict=True
@@ -233,7 +240,7 @@ def grade_class(
         if kept is not None and _still_valid(kept, submission, options):
             results.append(kept)
         else:
-            tasks.append((submission, folder, options, placement))
+            tasks.append((submission, folder, options, placement, spread.share_workers))
     total = len(discovery.submissions)
     if on_student:
         for done, result in enumerate(results, 1):
@@ -243,20 +250,29 @@ def grade_class(
         student, result, failure = outcome
         if result is None:
             failures.append((student, failure or "no result"))
+            unwritten.append(student)
         else:
             write_json(out / f"{file_stem(student)}.json", to_dict(result))
             results.append(result)
             write_grade_table(_by_student(results), out / "grades.csv")
+            if result.grader_errors:  # graded, but the grader failed on part of it: the staff must know
+                failures.append((student, "\n\n".join(result.grader_errors)))
         if on_student:
-            on_student(student, len(results) + len(failures), total)
+            on_student(student, len(results) + len(unwritten), total)
 
     write_grade_table(_by_student(results), out / "grades.csv")
+    def lost(task: tuple, why: str) -> None:
+        record((task[0].student, None, f"its grading was lost with the worker processes that ran it: {why}"))
+
     gpu_tasks = options.backend != "cpu"
-    run(grade_submission, tasks, workers=spread.workers, scheduler=spread.scheduler, gpu_tasks=gpu_tasks,
-        on_result=record)
+    try:
+        lost_workers = run(grade_submission, tasks, workers=spread.workers, scheduler=spread.scheduler,
+                           gpu_tasks=gpu_tasks, on_result=record, on_lost=lost)
+    finally:
+        close_kept()  # the workers this process kept for its next student (a cluster's end with its processes)
     if failures:
         write_json(out / "grader-failures.json", [{"student": s, "error": e} for s, e in failures])
-    return ClassRun(_by_student(results), tuple(sorted(failures)), out, discovery.skipped)
+    return ClassRun(_by_student(results), tuple(sorted(failures)), out, discovery.skipped, lost_workers)
 
 
 def _by_student(results: list[StudentResult]) -> tuple[StudentResult, ...]:
@@ -265,16 +281,16 @@ def _by_student(results: list[StudentResult]) -> tuple[StudentResult, ...]:
 
 
 def grade_submission(
-    submission: Submission, folder: Path, options: GradeOptions, placement: Placement
+    submission: Submission, folder: Path, options: GradeOptions, placement: Placement, share: bool = True
 ) -> tuple[str, StudentResult | None, str | None]:
     """Grade one student where the scheduler put it: (student, result, None), or (student, None, what went
-    wrong in the grader). A fresh worker for each student (grade_notebook starts one): no student runs in a
-    process, or a state, that an earlier student's code could have changed."""
+    wrong in the grader). Its GPU workers may serve the next student this process grades, where nothing an
+    earlier student's kernel did can reach it (autograder.executors); every other worker is fresh."""
     if placement.gpu is not None:
         options = replace(options, backend_options={**options.backend_options, "device_index": placement.gpu})
     notebook = submission.notebook or folder / submission.student
     try:
-        result = grade_notebook(notebook, submission.student, options)
+        result = grade_notebook(notebook, submission.student, options, share=share)
     except Exception as error:  # a bug in the grader must not stop the class
         return submission.student, None, f"{error!r}\n{traceback.format_exc()}"
     stamped = replace(submission.stamp(result), gpu=placement.gpu, notebook_sha256=_sha256(submission.notebook))
@@ -305,7 +321,8 @@ def _still_valid(result: StudentResult, submission: Submission, options: GradeOp
     """Whether a result of an earlier run stands for this run: the same notebook, rubric, grader, seed and
     isolation, and the backend asked for."""
     return (
-        result.notebook_sha256 != ""
+        not result.grader_errors
+        and result.notebook_sha256 != ""
         and result.notebook_sha256 == _sha256(submission.notebook)
         and result.rubric == options.rubric.label
         and result.grader_version == grader_version()
@@ -357,7 +374,7 @@ def grade_table(results: list[StudentResult] | tuple[StudentResult, ...]) -> pd.
 
 
 def write_grade_table(results: list[StudentResult] | tuple[StudentResult, ...], path: Path) -> None:
-    _atomic_write(path, grade_table(results).to_csv(index=False))
+    _atomic_write(path, csv_text(grade_table(results)))
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -8,38 +8,113 @@ before it is used (see the backends' build functions).
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+import threading
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autograder.errors import BackendUnavailable
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from autograder.errors import BackendUnavailable, CompileError
 from autograder.policy import check_source
-from autograder.records import Build, DeviceInfo, KernelSource
+from autograder.records import Build, CompilerMessage, DeviceInfo, KernelSource
 from autograder.sandbox import Sandbox
+from autograder.schedule import cpu_slot
 from autograder.stages import Stage
 
 BuildFunction = Callable[[Stage, KernelSource], Build]
+KERNEL_FILES = {"gpu": "kernel.cubin", "cpu": "checked.so"}  # the file of a Build that holds the kernel
 
 
 class Builder:
-    """Builds kernels for one device in the sandbox, each distinct source once per process."""
+    """Builds kernels for one device in the sandbox, each distinct source once per Builder, and each while it
+    holds one of the machine's cores (autograder.schedule.cpu_slot), however many students compile at once.
+
+    `options`: the backend's (the CPU backend's cache folder), and `analysis` for builds that only ever run
+    small, fully checked launches (the CPU analysis of GPU stages), which need only the instrumented build."""
 
     def __init__(self, device: DeviceInfo, sandbox: Sandbox, options: dict[str, Any] | None = None) -> None:
         self.device = device
         self.sandbox = sandbox
         self._build = _build_function(device, sandbox, options or {})
-        self._built: dict[tuple[str, str], Build] = {}
+        self._builds: dict[tuple[str, str], Future[Build]] = {}
+        self._lock = threading.Lock()
 
     def build(self, stage: Stage, source: KernelSource) -> Build:
-        """The Build of `source` for `stage`. Raises CompileError (policy or compiler) or KernelTimeout."""
+        """The Build of `source` for `stage`. Raises CompileError (policy, compiler, or no kernel of the stage's
+        name and signature in what it built) or KernelTimeout. A build another thread started is waited for."""
         key = (stage.id, source.text)
-        if key not in self._built:
-            check_source(source)
-            self._built[key] = self._build(stage, source)
-        built = self._built[key]
+        with self._lock:
+            future = self._builds.get(key)
+            mine = future is None
+            if future is None:
+                future = self._builds[key] = Future()
+        if mine:
+            try:
+                with cpu_slot():
+                    check_source(source, self.sandbox, self.device)
+                    built = self._build(stage, source)
+                _check_kernel(stage, built)
+                future.set_result(built)
+            except BaseException as error:
+                future.set_exception(error)  # the same error for every later call: nothing compiles twice
+        built = future.result()
         # The same text from another cell: the same bytes, this cell's lines in messages.
         return built if built.source == source else _relocated(built, source)
+
+    def start(self, stage: Stage, source: KernelSource, pool: Executor) -> None:
+        """Begin building in `pool`, so that the build is ready (or its error known) when `build` asks for it."""
+        pool.submit(_quietly, self.build, stage, source)
+
+
+def _quietly(build: Callable[[Stage, KernelSource], Build], stage: Stage, source: KernelSource) -> None:
+    with contextlib.suppress(Exception):  # kept for `build`, which raises it where the stage is graded
+        build(stage, source)
+
+
+def defined_symbols(binary: bytes) -> frozenset[str]:
+    """The names an ELF file (a cubin, a shared object) defines, read with pyelftools; none where it cannot be
+    read."""
+    try:
+        elf = ELFFile(io.BytesIO(binary))
+        return frozenset(
+            symbol.name
+            for section in elf.iter_sections()
+            if isinstance(section, SymbolTableSection)
+            for symbol in section.iter_symbols()
+            if symbol.name and symbol["st_shndx"] != "SHN_UNDEF"
+        )
+    except (ELFError, ValueError, KeyError):
+        return frozenset()
+
+
+def _check_kernel(stage: Stage, build: Build) -> None:
+    """A compile error, on the kernel's line, unless the build defines the stage's kernel under one of the symbols
+    every backend looks it up by (Stage.symbols): a wrong name or parameter types is the stage's compile error,
+    found here in the grader before any worker tries to load it."""
+    defined = defined_symbols(build.file(KERNEL_FILES[build.backend]))
+    if any(symbol in defined for symbol in stage.symbols):
+        return
+    message = stage.missing_kernel_message(defined)
+    line = build.source.cell_line(_kernel_line(stage, build.source.text))
+    raise CompileError(message, (CompilerMessage("error", line, message),))
+
+
+def _kernel_line(stage: Stage, text: str) -> int | None:
+    """The source line that declares the stage's kernel, else the first `__global__` one."""
+    lines = text.splitlines()
+    for wanted in (rf"__global__.*\b{re.escape(stage.kernel_name)}\b", r"\b__global__\b"):
+        found = next((number for number, line in enumerate(lines, 1) if re.search(wanted, line)), None)
+        if found is not None:
+            return found
+    return None
 
 
 def _relocated(build: Build, source: KernelSource) -> Build:
@@ -63,4 +138,5 @@ def _build_function(device: DeviceInfo, sandbox: Sandbox, options: dict[str, Any
     cache = options.get("cache_dir")
     fibers = dict(device.versions).get("fibers", "auto")
     toolchain = prepare_toolchain(fibers, Path(cache) if cache else None, options.get("compiler"))
-    return lambda stage, source: build_shared_objects(toolchain, stage, source, sandbox)
+    fast = not options.get("analysis")
+    return lambda stage, source: build_shared_objects(toolchain, stage, source, sandbox, fast)

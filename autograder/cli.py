@@ -106,6 +106,10 @@ def grading_options(function):
 @click.option("--gpus", metavar="all|0,1,...", help="Spread students over these GPUs (each timed on one).")
 @click.option("--resume", is_flag=True, help="Keep results whose notebook, rubric, seed and grader are unchanged.")
 @click.option(
+    "--fresh-workers", is_flag=True,
+    help="Start every student's GPU workers afresh, instead of keeping them for the next student where that is safe.",
+)
+@click.option(
     "--gradebook",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="With --assignment: nbgrader's gradebook to compare with (default: gradebook.db beside SUBMISSIONS).",
@@ -119,6 +123,7 @@ def grade(
     scheduler: str | None,
     gpus: str | None,
     resume: bool,
+    fresh_workers: bool,
     gradebook: Path | None,
     backend: str,
     rubric: Path | None,
@@ -129,7 +134,9 @@ def grade(
 ) -> None:
     """Grade every hand-in under SUBMISSIONS (nbgrader's layout or <student>.ipynb files)."""
     options = _options(backend, rubric, seed, quick, speed, sandbox)
-    spread = ClassOptions(workers=workers, scheduler=scheduler, gpus=_gpu_list(gpus), resume=resume)
+    spread = ClassOptions(
+        workers=workers, scheduler=scheduler, gpus=_gpu_list(gpus), resume=resume, share_workers=not fresh_workers
+    )
     console = Console(stderr=True)
     where = f"Dask at {scheduler}" if scheduler else f"{workers} worker(s)"
     console.print(f"grading {submissions} on the {backend} backend with {where}")
@@ -146,6 +153,8 @@ def grade(
         output.print(report.backend_note(graded[0].device, backend))
     if run.results:
         output.print(f"seed {run.results[0].seed}; " + report.phase_summary(run.results, elapsed))
+    if run.lost_workers:
+        output.print(f"{run.lost_workers} worker process(es) were lost on the way; their students were graded again")
     output.print(f"results: {out}/<student>.json, class table: {out}/grades.csv")
     gradebook = gradebook or gradebooks.course_gradebook(submissions)
     if assignment and gradebook.is_file():

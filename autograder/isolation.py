@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 import typing
 from collections.abc import Callable
@@ -68,6 +69,7 @@ class Worker:
         self._connection: Connection | None = None
         self._log = Path(tempfile.mkstemp(prefix="autograder-worker-", suffix=".log")[1])
         self._device: DeviceInfo | None = None
+        self._starting = threading.Lock()
         self.restarts = 0
 
     def __enter__(self) -> Worker:
@@ -87,7 +89,12 @@ class Worker:
         return self._device
 
     def _kind(self) -> str:
-        return repr((self.backend_name, sorted(self.options.items()), self.sandbox.enabled, self.launcher))
+        return worker_kind(self.backend_name, self.options, self.sandbox, self.launcher)
+
+    def start(self) -> None:
+        """Start the child now, if it is not running: before a caller takes a lock that a slow start (a CUDA
+        context, seconds when many start at once) would hold up for others."""
+        self._ensure_started()
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout: float) -> Any:
         """`fn(backend, *args)` in the child, within `timeout` seconds. `fn` must be a module-level function."""
@@ -117,13 +124,15 @@ class Worker:
                 pass
         self._stop()
 
-    def report_lines(self, prefix: str) -> list[str]:
-        """The lines of the worker's output that start with `prefix` (without it): a launcher's report, read as
-        data. The whole output is read, which the worker's file limit keeps to 64 MiB, so what the student's
-        kernel printed, with the prefix or without, cannot push the report out of reach."""
+    def report_lines(self, prefix: str, start: int = 0) -> list[str]:
+        """The lines of the worker's output from byte `start` on (a `log_size` taken earlier) that start with
+        `prefix` (without it): a launcher's report, read as data. The whole output is read, which the worker's
+        file limit keeps to 64 MiB, so what the student's kernel printed, with the prefix or without, cannot
+        push the report out of reach."""
         found: list[str] = []
         try:
             with open(self._log, "rb") as log:
+                log.seek(start)
                 for raw in log:
                     if raw.startswith(prefix.encode()):
                         found.append(raw[len(prefix) :].decode(errors="replace").rstrip("\n"))
@@ -131,10 +140,32 @@ class Worker:
             pass
         return found
 
+    def log_size(self) -> int:
+        """How many bytes the worker's output holds so far."""
+        try:
+            return self._log.stat().st_size
+        except OSError:
+            return 0
+
+    def clear_log(self) -> None:
+        """Empty the worker's output file, which the child keeps appending to: a worker that serves many
+        students never reaches its file-size limit because of what earlier students' kernels printed."""
+        with open(self._log, "r+b") as log:
+            log.truncate(0)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the child process is running (a timeout or a fault stops it)."""
+        return self._alive()
+
     def _alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     def _ensure_started(self) -> None:
+        with self._starting:  # a worker started ahead in another thread is waited for, not started twice
+            self._start_if_stopped()
+
+    def _start_if_stopped(self) -> None:
         if self._alive():
             return
         self._stop()
@@ -199,6 +230,11 @@ class Worker:
             self._connection.close()
         self._process = None
         self._connection = None
+
+
+def worker_kind(backend: str, options: dict[str, Any], sandbox: sandboxing.Sandbox, launcher: tuple[str, ...]) -> str:
+    """What makes two workers alike: the same backend, options, isolation and launcher."""
+    return repr((backend, sorted(options.items()), sandbox.enabled, launcher))
 
 
 def _importable(fn: Callable[..., Any]) -> Callable[..., Any]:

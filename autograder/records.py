@@ -20,10 +20,11 @@ class Status(StrEnum):
     NOT_ATTEMPTED = "not_attempted"  # no cell, an empty cell, or the released stub unchanged
     INVALID_CELL = "invalid_cell"  # the cell is there but holds no single string literal
     COMPILE_ERROR = "compile_error"
-    TIMEOUT = "timeout"  # a launch ran past its time limit (a hang, a spin-wait)
+    TIMEOUT = "timeout"  # a launch never ends (a hang, a spin-wait, a deadlock): its time limit stopped it
     CRASHED = "crashed"  # the launch died: illegal address, deadlock, segfault
     INCORRECT = "incorrect"  # it ran, and some case gave a wrong result
     CORRECT = "correct"  # every case gave the right result
+    GRADER_ERROR = "grader_error"  # the grader itself failed on the stage (a bug, its machine): graded again later
 
 
 class PerfVerdict(StrEnum):
@@ -227,6 +228,9 @@ class DeviceInfo:
     compute_capability: str | None = None
     l2_bytes: int | None = None
     versions: tuple[tuple[str, str], ...] = ()  # (package, version) pairs
+    # Whether a kernel can reach the host's pageable memory (HMM or ATS); None where the backend cannot tell
+    # (the CPU backend, whose kernels run in the worker's own memory).
+    host_memory_access: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,9 @@ class StudentResult:
     gpu: int | None = None  # the GPU its stages were timed on, in a class graded on several
     notebook_sha256: str = ""  # of the notebook file graded: --resume regrades a changed one
     grader_version: str = ""
+    # Failures of the grader itself while grading this student, with their tracebacks, for the staff (never
+    # shown to the student): the stages they touched say so, and --resume grades the student again.
+    grader_errors: tuple[str, ...] = ()
 
     @property
     def total(self) -> float:

@@ -19,6 +19,7 @@ STATUS_STYLE = {
     Status.CRASHED: "red",
     Status.INVALID_CELL: "yellow",
     Status.NOT_ATTEMPTED: "dim",
+    Status.GRADER_ERROR: "magenta",
 }
 
 
@@ -96,6 +97,7 @@ SHORT_STATUS = {
     Status.CRASHED: "crash",
     Status.INVALID_CELL: "cell?",
     Status.NOT_ATTEMPTED: "-",
+    Status.GRADER_ERROR: "ERR",
 }
 SHORT_SPEED = {PerfVerdict.FAST_ENOUGH: "+", PerfVerdict.TOO_SLOW: " slow", PerfVerdict.NOT_MEASURED: ""}
 CLASS_TABLE_LIMIT = 40  # larger classes get the summary and grades.csv, not a table of hundreds of rows

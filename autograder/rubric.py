@@ -23,6 +23,7 @@ from autograder.timing import TimingSettings
 
 DEFAULT_RUBRIC = Path(__file__).with_name("rubric.toml")
 BLOCK_SIZES = (64, 128, 256, 512, 1024)
+UNDEFINED_VERDICTS = ("incorrect", "penalty")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class Rubric:
     stages: dict[str, StagePoints]
     sha256: str = ""  # of the file's bytes as read
     technique_absent: float = 0.5  # the share of a stage's points lost when its technique is absent
+    # A correct stage with a finding that leaves its result undefined by CUDA: "incorrect" (one verdict on
+    # every backend), or "penalty" (correct, less the [penalties] share; the verdict may then differ by backend).
+    undefined: str = "incorrect"
 
     @property
     def label(self) -> str:
@@ -100,6 +104,9 @@ def _parse(path: Path, data: dict) -> Rubric:
     technique_absent = float(data.get("technique", {}).get("absent", 0.5))
     if not 0.0 <= technique_absent <= 1.0:
         raise ValueError(f"[technique] absent must be a share from 0 to 1, not {technique_absent}")
+    undefined = str(data.get("undefined_behaviour", {}).get("verdict", "incorrect"))
+    if undefined not in UNDEFINED_VERDICTS:
+        raise ValueError(f"[undefined_behaviour] verdict must be one of {UNDEFINED_VERDICTS}, not {undefined!r}")
     return Rubric(
         path=str(path),
         block_size=block_size,
@@ -110,6 +117,7 @@ def _parse(path: Path, data: dict) -> Rubric:
         penalties=penalties,
         stages=stages,
         technique_absent=technique_absent,
+        undefined=undefined,
     )
 
 

@@ -1,11 +1,12 @@
 """The GPU's own checker: compute-sanitizer's memcheck, racecheck and synccheck over a small input of every
 stage, in the same sandbox as every worker.
 
-Each tool starts one sandboxed worker under `compute-sanitizer --tool T` and runs every stage of the student
-once on a small input (`SANITIZER_CASES`), in buffers without guard tails so that memcheck sees any access
-past the end. What the tool printed is data: only its own report lines (`=========`) are read, each error
-becomes a Finding of the same kinds the CPU analysis reports, attributed to a stage by its kernel's name and
-to a line of the notebook cell by the cubin's line table (`-lineinfo`).
+Each tool runs every stage of the student once on a small input (`SANITIZER_CASES`), in buffers without guard
+tails so that memcheck sees any access past the end, in sandboxed workers started under `compute-sanitizer
+--tool T`: in a class, sessions that serve many students one after another (`sanitize` says which kernels may
+share one). What the tool printed is data: only its own report lines (`=========`) are read, each error becomes
+a Finding of the same kinds the CPU analysis reports, attributed to the stage whose call it was written during,
+and to a line of the notebook cell by the cubin's line table (`-lineinfo`).
 
 What each checker sees (measured on an H200, CUDA 13.0; tests/test_sanitizer.py):
 - memcheck: global and shared accesses outside an allocation (`out_of_bounds`). The CPU analysis sees the
@@ -25,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,6 @@ from pathlib import Path
 from autograder.errors import KernelFault, KernelTimeout
 from autograder.isolation import Worker
 from autograder.records import Build, Finding
-from autograder.sandbox import Sandbox
 from autograder.stages import Shape, get_stage
 from autograder.verify import Case, sanitized_run
 
@@ -66,48 +66,71 @@ def find_sanitizer() -> str | None:
     return None
 
 
+Session = Callable[[str, tuple[str, ...], str], Worker]  # (tool, launcher, how it is shared) -> a worker
+
+
 def sanitize(
     builds: Mapping[str, Build],
     sanitizer: str,
-    sandbox: Sandbox,
-    backend_options: Mapping[str, object],
+    session: Session,
+    unsafe: Set[str],
     block_size: int,
     gate: Callable[[], AbstractContextManager[None]],
 ) -> dict[str, Sanitized]:
     """Run each tool over every stage's build (stage id -> GPU build), each run inside `gate()`: the GPU shared
-    as correctness runs share it (never while it times). Never raises for what a kernel does."""
+    as correctness runs share it (never while it times). Never raises for what a kernel does.
+
+    Each kernel runs in the session `session(tool, launcher, how)` gives, `how` being one of SHARING:
+    - "shared": a session that other students' kernels use too (autograder.executors), for a kernel that cannot
+      print and is known to be memory-safe; memcheck takes every kernel that cannot print, since it stops a
+      kernel at its first access outside an allocation. Its report is read as soon as its call returns, and
+      only what was written during the call counts for the kernel: the tool has printed a kernel's report by
+      then (measured on an H200, also right after memcheck stopped a kernel).
+    - "student": a session of this student's alone, for a kernel in `unsafe` (it crashed on another checker, or
+      memcheck here caught it outside an allocation): racecheck and synccheck do not stop its stray writes,
+      which must not land in a session that serves later students.
+    - "alone": a session of the kernel's own, for a kernel that can print: its printf reaches the same output
+      as the tool's report, and not always before its call returns, so its report is read once its process has
+      ended, and a printed report line can only accuse the kernel that printed it (never another stage, nor,
+      through the class memo, a classmate's identical kernel).
+    """
     findings: dict[str, list[Finding]] = {stage_id: [] for stage_id in builds}
     notes: dict[str, list[str]] = {stage_id: [] for stage_id in builds}
-    for session, tool in ((session, tool) for session in sessions(builds) for tool in TOOLS):
-        launcher = (sanitizer, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--check-exit-code", "no")
-        failed: dict[str, str] = {}
-        with Worker("gpu", dict(backend_options), sandbox, launcher=launcher) as worker:
-            for stage_id, build in session.items():
-                case = SANITIZER_CASES[get_stage(stage_id).shape]
-                try:
-                    with gate():
-                        worker.call(sanitized_run, build, case, block_size, timeout=SECONDS_PER_RUN)
-                except (KernelTimeout, KernelFault) as error:
-                    # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.
-                    failed[stage_id] = str(error).splitlines()[0]
-            worker.shut_down(wait=60.0)  # the tool reports a kernel's hazards by the time its process has ended
-            reported = parse_report(tool, worker.report_lines(PREFIX), session)
-        for stage_id, seen in reported.items():
+    unsafe = set(unsafe)
+    for tool in TOOLS:  # memcheck first: a kernel it catches is not memory-safe for the others
+        launcher = launcher_of(sanitizer, tool)
+        for stage_id, build in builds.items():
+            worker = session(tool, launcher, _sharing(tool, build, stage_id in unsafe))
+            start = worker.log_size()
+            failed = None
+            case = SANITIZER_CASES[get_stage(stage_id).shape]
+            try:
+                worker.start()  # outside the gate: a session starting takes seconds, which a timing must not wait
+                with gate():
+                    worker.call(sanitized_run, build, case, block_size, timeout=SECONDS_PER_RUN)
+            except (KernelTimeout, KernelFault) as error:
+                # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.
+                failed = str(error).splitlines()[0]
+            if can_print(build):
+                worker.shut_down(wait=60.0)
+            seen = parse_report(tool, worker.report_lines(PREFIX, start), {stage_id: build}).get(stage_id, [])
             findings[stage_id].extend(seen)
-        for stage_id, why in failed.items():
-            if not reported.get(stage_id):
-                notes[stage_id].append(f"compute-sanitizer {tool} could not finish on this kernel ({why[:160]})")
+            if failed and not seen:
+                notes[stage_id].append(f"compute-sanitizer {tool} could not finish on this kernel ({failed[:160]})")
+            if tool == "memcheck" and (failed or seen):
+                unsafe.add(stage_id)
     return {stage_id: Sanitized(tuple(findings[stage_id]), tuple(notes[stage_id])) for stage_id in builds}
 
 
-def sessions(builds: Mapping[str, Build]) -> list[dict[str, Build]]:
-    """The stages that share a tool's process: every kernel that cannot print, together; each one that can,
-    alone. A kernel's printf reaches the same output as the tool's report, so a printed report line can only
-    accuse the kernel that printed it, and what the tools saw in a kernel depends on its source alone, as the
-    class memo takes it (a hand-in cannot plant findings on a classmate's identical kernel)."""
-    quiet = {stage_id: build for stage_id, build in builds.items() if not can_print(build)}
-    alone = [{stage_id: build} for stage_id, build in builds.items() if stage_id not in quiet]
-    return ([quiet] if quiet else []) + alone
+def launcher_of(sanitizer: str, tool: str) -> tuple[str, ...]:
+    """How a worker is started under `tool`: the program and options before the worker's own command."""
+    return (sanitizer, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--check-exit-code", "no")
+
+
+def _sharing(tool: str, build: Build, unsafe: bool) -> str:
+    if can_print(build):
+        return "alone"
+    return "student" if unsafe and tool != "memcheck" else "shared"
 
 
 def can_print(build: Build) -> bool:

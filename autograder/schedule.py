@@ -3,24 +3,29 @@
 The unit of work is one student: `grade_submission` (autograder.batch), a plain function of plain data. It runs
 - here, one student after another (`workers=1`, no cluster);
 - on a local Dask cluster (`workers=N`): N worker processes on this machine, each grading one student at a
-  time in that student's own sandboxed processes;
+  time in sandboxed processes (its GPU ones kept for its next student where that is safe: autograder.executors);
 - on an existing Dask cluster (`scheduler="tcp://host:8786"`), such as one started by `dask-jobqueue` on Slurm.
   GPU workers there are declared with the Dask resource `GPU=1`, and each student's task asks for it.
 
 On a machine with GPUs each student is placed on one GPU (round robin over `gpus`), and all its stages are
 timed there. `gpu_gate` makes the timing fair: correctness runs share a GPU, a timing has it alone. The gate is
-a pair of file locks, so it holds across the processes of a local cluster as well as across threads.
+a pair of file locks, so it holds across the processes of a local cluster as well as across threads. So is
+`cpu_slot`, a core of the machine for each compile, so that students compiling ahead of time (autograder.build)
+never run more compilers at once than the machine has cores.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
+import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 Result = TypeVar("Result")
 
@@ -67,6 +72,46 @@ def gpu_gate(gpu: int | None, exclusive: bool) -> Iterator[None]:
                 fcntl.flock(gate, fcntl.LOCK_UN)
 
 
+@contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+CPU_SLOTS = os.cpu_count() or 1
+SLOT_WAIT_SECONDS = 0.02
+
+
+@contextmanager
+def cpu_slot() -> Iterator[None]:
+    """Hold one of the machine's cores, for a compile: all the grading processes of a machine together run at
+    most as many compilers as it has cores, however many students each has started building (a file lock per
+    core, taken by whichever process finds it free)."""
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    first = os.getpid() % CPU_SLOTS  # processes look at the slots from different places
+    order = [(first + index) % CPU_SLOTS for index in range(CPU_SLOTS)]
+    slots = [open(LOCK_DIR / f"cpu{index}.lock", "a") for index in order]  # noqa: SIM115 (closed below)
+    try:
+        while not any(map(_taken, slots)):
+            time.sleep(SLOT_WAIT_SECONDS)
+        yield
+    finally:
+        for slot in slots:
+            slot.close()  # which lets go of the one taken
+
+
+def _taken(slot: IO[str]) -> bool:
+    try:
+        fcntl.flock(slot, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def run(
     function: Callable[..., Result],
     tasks: Iterable[tuple[Any, ...]],
@@ -75,22 +120,33 @@ def run(
     scheduler: str | None = None,
     gpu_tasks: bool = False,
     on_result: Callable[[Result], None],
-) -> None:
+    on_lost: Callable[[tuple[Any, ...], str], None],
+) -> int:
     """Call `function(*task)` for every task, here or on Dask, and hand each result to `on_result` (in this
-    process, in the order they finish)."""
+    process, in the order they finish). A task whose worker process was lost is run again elsewhere by Dask; one
+    that cannot be run at all (its workers kept dying) goes to `on_lost` with why. Returns how many worker
+    processes were lost and replaced on the way, for a one-line report."""
     tasks = list(tasks)
     if scheduler is None and workers <= 1:
         for task in tasks:
             on_result(function(*task))
-        return
+        return 0
     from distributed import Client, LocalCluster, as_completed
 
     with _client(Client, LocalCluster, workers, scheduler) as client:
         # On a remote cluster a GPU student needs a GPU worker; locally the GPU gate shares the GPUs.
         resources = {"GPU": 1} if gpu_tasks and scheduler is not None else None
-        futures = [client.submit(function, *task, resources=resources, pure=False) for task in tasks]
+        futures = {client.submit(function, *task, resources=resources, pure=False): task for task in tasks}
+        seen = set(client.scheduler_info()["workers"])
         for future in as_completed(futures):
-            on_result(future.result())
+            seen |= set(client.scheduler_info()["workers"])
+            try:
+                result = future.result()
+            except Exception as error:  # noqa: BLE001 (Dask's KilledWorker and the like: the task, not the class)
+                on_lost(futures[future], f"{type(error).__name__}: {error}")
+                continue
+            on_result(result)
+        return len(seen - set(client.scheduler_info()["workers"]))
 
 
 @contextmanager
@@ -100,9 +156,14 @@ def _client(client_class: Any, cluster_class: Any, workers: int, scheduler: str 
             yield client
         return
     # One thread a worker: a student's grading waits on its own processes, and a worker grades one at a time.
+    # Dask's own complaints (a heartbeat late on a loaded machine, a connection closed at the end, with their
+    # tracebacks), here and in its workers, stay out of the run's output: what matters of them, a task lost with
+    # its worker, comes back through `run`.
     with (
+        _quiet(logging.getLogger("distributed")),
         cluster_class(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+            silence_logs=logging.CRITICAL,
         ) as cluster,
         client_class(cluster) as client,
     ):

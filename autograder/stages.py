@@ -6,6 +6,7 @@ A stage id is spelled the same everywhere.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
@@ -80,10 +81,11 @@ class Stage:
         `__restrict__` and top-level `const` change nothing), then the plain name of an `extern "C"` kernel."""
         return (self.mangled_name, self.kernel_name)
 
-    def missing_kernel_message(self, binary: bytes) -> str:
-        """Why none of `symbols` is in `binary` (a cubin, a shared object): the same words on every backend."""
-        name = self.kernel_name.encode()
-        if b"_Z%d%s" % (len(name), name) in binary or name + b"\0" in binary:
+    def missing_kernel_message(self, defined: Collection[str]) -> str:
+        """Why none of `symbols` is among the names a build `defined` (autograder.build.defined_symbols): the same
+        words on every backend."""
+        mangled = f"_Z{len(self.kernel_name)}{self.kernel_name}"
+        if any(name.startswith(mangled) for name in defined):
             return (
                 f"a kernel named {self.kernel_name} is there, but not with the contract's parameters (or it is a "
                 f"template): it must be `{self.signature}`"

@@ -205,6 +205,18 @@ def compiled(backend: Backend, stage_id: str, kernel: Build | KernelSource) -> K
     return _loaded[key]
 
 
+def loaded(backend: Backend) -> int:
+    """How many kernels this worker holds loaded: none once a student has ended in it (`forget`)."""
+    return len(_loaded)
+
+
+def forget(backend: Backend) -> None:
+    """End a student in a worker that serves the next one (autograder.executors): every kernel it loaded is
+    unloaded and every buffer freed; inputs drawn from the run's seed stay, as the grader's own data."""
+    _loaded.clear()
+    backend.reset()
+
+
 def run_case(backend: Backend, build: Build, case: Case, block_size: int) -> tuple[float, tuple[Finding, ...]]:
     """Run one whole reduction of a case's input; the value it left and what was seen on the way."""
     kernel = compiled(backend, build.stage_id, build)
@@ -252,20 +264,9 @@ def hint(
             "results whenever the same input is reduced again. Copy it into shared memory (or registers) and "
             "reduce there"
         )
-    races = sorted({f.line for f in findings if f.kind.startswith("race") and f.line})
-    if races:
-        lines = ", ".join(str(line) for line in races)
-        return (
-            f"fix the data race reported at line {lines} first: a race gives results that change from run to "
-            "run and from size to size, so the failed sizes say little until it is gone"
-        )
-    barriers = sorted({f.line for f in findings if f.kind == "barrier_divergence" and f.line})
-    if barriers:
-        lines = ", ".join(str(line) for line in barriers)
-        return (
-            f"fix the __syncthreads() at line {lines} first: only part of the block reaches it, which CUDA "
-            "leaves undefined, so the failed sizes say little until every thread of the block reaches it"
-        )
+    advice = undefined_hint(findings, kinds=RACE_KINDS + ("barrier_divergence",))
+    if advice:
+        return advice
     if any(case.got is not None and not math.isfinite(case.got) for case in failed):
         return (
             "some results are NaN or infinite: the kernel read past the end of its input (the grader puts NaN "
@@ -277,6 +278,35 @@ def hint(
     if stage.shape is Shape.MAX_2D:
         return _max2d_hint(failed, cases)
     return _sum_hint(stage, failed, cases, block_size)
+
+
+RACE_KINDS = ("race_syncthreads", "race_syncwarp", "race_interblock")
+# What to fix first for each finding that leaves a kernel's result undefined by CUDA, most telling first.
+_UNDEFINED_ADVICE = (
+    (RACE_KINDS, "fix the data race reported at line {lines} first: a race gives results that change from run to "
+                 "run and from size to size, so the failed sizes say little until it is gone"),
+    (("barrier_divergence",), "fix the __syncthreads() at line {lines} first: only part of the block reaches it, "
+                              "which CUDA leaves undefined, so the failed sizes say little until every thread of "
+                              "the block reaches it"),
+    (("inactive_lane",), "fix the warp operation at line {lines}: it reads a lane that is not taking part (not in "
+                         "its mask, or exited); every lane named in the mask must call it, with that mask"),
+    (("out_of_bounds",), "fix the access at line {lines}: it is outside its buffer; check every index against n "
+                         "and against the shared array's size"),
+    (("output_guard",), "fix the write past the end of the output at line {lines}: block b writes g_out[b] and "
+                        "nothing else"),
+    (("uninitialised_read",), "fix the read at line {lines}: it reads shared memory that no thread of the block "
+                              "wrote; write every element that is read (0 for threads past n) before the barrier"),
+)
+UNDEFINED_KINDS = tuple(kind for kinds, _ in _UNDEFINED_ADVICE for kind in kinds)
+
+
+def undefined_hint(findings: tuple[Finding, ...], kinds: tuple[str, ...] = UNDEFINED_KINDS) -> str | None:
+    """What to fix first among the `findings` of these kinds that have a line, or None."""
+    for advice_kinds, advice in _UNDEFINED_ADVICE:
+        lines = sorted({f.line for f in findings if f.kind in advice_kinds and f.kind in kinds and f.line})
+        if lines:
+            return advice.format(lines=", ".join(str(line) for line in lines))
+    return None
 
 
 def _sum_hint(stage: Stage, failed: list[CaseResult], cases: tuple[CaseResult, ...], block_size: int) -> str:

@@ -1,33 +1,41 @@
-"""Grade a synthetic class and print hand-ins per minute, time per phase and the GPU's busy share.
+"""Grade two synthetic classes on one GPU and on all GPUs, side by side, and print hand-ins per minute.
 
-    .venv/bin/python bench/class_throughput.py [--students 500] [--workers 16] [--gpus all] [--serial 8]
-                                               [--backend auto] [--quick] [--no-speed] [--distinct] [--out DIR]
+    .venv/bin/python bench/class_throughput.py [--students 500] [--distinct-students 32] [--workers 16]
+                                               [--gpus all] [--serial 3] [--classes shared,distinct]
+                                               [--backend auto] [--quick] [--no-speed] [--out DIR]
 
-The class mixes the example hand-ins with mutants of the reference kernels (a missing barrier, an
-off-by-one bound, a lost element, an unrolled warp without __syncwarp, ...), each student drawing its stages
-at random from a fixed seed, so runs are comparable. First `--serial` students are graded one after another
-(the serial rate), then the whole class with the workers and GPUs asked for, in the same run.
+Two classes, each run compiling its students' kernels afresh, as at a deadline (a comment of the run's own on
+every kernel), with the grader's own builds cached, as on any grading machine after its first class:
+- "shared", a course's mix: each student draws each stage from the reference kernels (60 %), mutants of them
+  (a missing barrier, an off-by-one bound, a lost element, an unrolled warp without __syncwarp, ...; 25 %) or
+  the example hand-ins (15 %), from a fixed seed, so runs are comparable. Identical kernels are graded once per
+  class (autograder.memo), so most of this class's work is shared.
+- "distinct", a class where every student wrote every kernel: each kernel gets a comment of its own, so the
+  memo shares nothing. This is the real case of a course, and the headline.
 
-Identical kernels are graded once per class (autograder.memo), and most of this class's kernels are shared, as
-in a course where many hand in the lecture's code. `--distinct` gives every student's every kernel a comment of
-its own, so that nothing is shared: the memo's worst case.
+Each class is first graded `--serial` students one by one, then whole on the first GPU, then on all GPUs (when
+there are several), with `--workers` students at once. Printed: the rate of each tenth of the class as it goes,
+then a table of the classes side by side, where the time went, the GPU's busy share, where processes waited in
+the kernel (state D), and whether the grades agree between the runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import random
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from autograder.batch import ClassOptions, grade_class
+from autograder.batch import ClassOptions, ClassRun, grade_class
 from autograder.grade import GradeOptions
 from autograder.notebook import kernel_cell, stage_cells
 from autograder.references import reference_source
@@ -47,9 +55,12 @@ MUTATIONS = (
 )
 
 
-def synthesise(folder: Path, count: int, seed: int = 0, distinct: bool = False) -> None:
+def synthesise(folder: Path, count: int, seed: int = 0, distinct: bool = False, salt: str = "") -> None:
     """`count` notebooks in `folder`: each stage a reference (60 %), a mutant (25 %) or an example's (15 %);
-    with `distinct`, each kernel marked as the student's own by a comment."""
+    with `distinct`, each kernel marked as the student's own by a comment. `salt`, a last comment on every
+    kernel, makes every kernel of the class one no earlier run compiled: each run compiles its class afresh,
+    as at a deadline, while the grader's own builds (the CPU runtime, the reference kernels) stay cached, as on
+    any grading machine after its first class."""
     rng = random.Random(seed)
     examples = [stage_cells(path) for path in sorted(EXAMPLES.glob("*.ipynb"))]
     folder.mkdir(parents=True, exist_ok=True)
@@ -66,29 +77,37 @@ def synthesise(folder: Path, count: int, seed: int = 0, distinct: bool = False) 
                 text = cell.source.text if cell is not None and cell.source is not None else text
             if distinct:
                 text = f"// {stage_id} by student {index}\n{text}"
-            cells.append(kernel_cell(stage_id, text))
+            cells.append(kernel_cell(stage_id, f"{text}// {salt}\n" if salt else text))
         nbformat.write(nbformat.v4.new_notebook(cells=cells), folder / f"student{index:04d}.ipynb")
 
 
 class GpuBusy:
-    """The GPU's utilisation sampled by nvidia-smi every 200 ms while grading, where there is one. Also
-    what the machine's processes wait for in the kernel while they cannot be interrupted (state D), by where
-    they wait and what they run: where a class is slow while the CPUs are idle, that names the lock."""
+    """The GPU's utilisation sampled by nvidia-smi every 200 ms while grading, where there is one, and the
+    processes seen holding a CUDA context (each one a context the driver made and destroyed). Also what the
+    machine's processes wait for in the kernel while they cannot be interrupted (state D), by where they wait and
+    what they run: where a class is slow while the CPUs are idle, that names the lock."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
         self.blocked: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.contexts: set[str] = set()  # processes seen holding a CUDA context
         self.ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def __enter__(self) -> GpuBusy:
+        self._cpu = [_cpu_times()]
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._cpu.append(_cpu_times())
+
+    def cpu_share(self) -> str:
+        (busy0, total0), (busy1, total1) = self._cpu
+        return f"{(busy1 - busy0) / max(total1 - total0, 1) * 100:.0f} %" if total1 else "n/a"
 
     def _sample(self) -> None:
         smi, ps = shutil.which("nvidia-smi"), shutil.which("ps")
@@ -99,6 +118,8 @@ class GpuBusy:
                 out = subprocess.run(query, capture_output=True, text=True).stdout.split()
                 if out:
                     self.samples.append(sum(float(x) for x in out) / len(out))
+                apps = [smi, "--query-compute-apps=pid", "--format=csv,noheader"]
+                self.contexts |= set(subprocess.run(apps, capture_output=True, text=True).stdout.split())
             if not ps:
                 continue
             states = subprocess.run([ps, "-eo", "stat=,wchan:40=,comm="], capture_output=True, text=True).stdout
@@ -117,60 +138,142 @@ class GpuBusy:
         return f"{sum(self.samples) / len(self.samples):.0f} %" if self.samples else "n/a (no nvidia-smi)"
 
 
-def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions) -> tuple[float, object, str]:
+@dataclass
+class Measured:
+    """One class graded once: its wall time, results, GPU busy share and where processes waited."""
+
+    seconds: float
+    run: ClassRun
+    busy: str
+    waits: str
+    tenths: list[str]
+    contexts: int  # processes seen holding a CUDA context
+    cpu: str  # the CPUs' busy share
+
+    @property
+    def rate(self) -> float:
+        return len(self.run.results) / self.seconds * 60
+
+
+def _cpu_times() -> tuple[int, int]:
+    """The CPUs' busy and total ticks so far (/proc/stat), or zeros where there is none."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions, label: str) -> Measured:
+    """Grade `folder`, printing the rate of each tenth of the class as it goes, so a slow start or a slow tail
+    shows, then where the time went."""
     started = time.monotonic()
+    last = [0, started]  # students graded, and when, at the end of the last tenth
+    tenths: list[str] = []
 
     def progress(_: str, done: int, total: int) -> None:
-        # A line now and then, so that a run cut short still shows its rate.
-        if done % max(1, min(50, total // 10)) == 0 or done == total:
-            elapsed = time.monotonic() - started
-            print(f"  {done}/{total} graded in {elapsed:.0f} s ({done / elapsed * 60:.1f} a minute)", flush=True)
+        if done < total and done - last[0] < max(1, total // 10):
+            return
+        now = time.monotonic()
+        rate = (done - last[0]) / max(now - last[1], 1e-9) * 60
+        last[:] = [done, now]
+        tenths.append(f"{rate:.0f}")
+        print(f"  {label}: {done}/{total} in {now - started:.0f} s ({rate:.0f} a minute in this tenth)", flush=True)
 
     with GpuBusy() as busy:
         run = grade_class(folder, out, options, spread=spread, on_student=progress)
-    if busy.blocked:
-        print(f"  waiting in the kernel (state D): {busy.waits()}")
-    return time.monotonic() - started, run, busy.share()
+    measured = Measured(time.monotonic() - started, run, busy.share(), busy.waits(), tenths, len(busy.contexts),
+                        busy.cpu_share())
+    students = max(len(run.results), 1)
+    print(f"  {label}: GPU busy {measured.busy}, CPUs busy {measured.cpu}; CUDA contexts {measured.contexts} "
+          f"({measured.contexts / students:.2f} a student); a minute per tenth: {' '.join(tenths)}")
+    print(f"  {label}: {phase_summary(run.results, measured.seconds)}")
+    if measured.waits:
+        print(f"  {label}: waiting in the kernel (state D): {measured.waits}")
+    if run.lost_workers:
+        print(f"  {label}: {run.lost_workers} worker process(es) lost and replaced")
+    if run.failures:
+        student, error = run.failures[0]
+        print(f"  {label}: {len(run.failures)} grader failure(s); the first, {student}:\n{error}")
+    return measured
+
+
+def grades(run: ClassRun) -> dict[str, str]:
+    """What must not depend on how a class was graded: each student's statuses, correctness points and findings."""
+    return {
+        result.student: json.dumps([
+            [s.stage, s.status.value, s.points.correctness if s.points else None, sorted(f.kind for f in s.findings)]
+            for s in result.stages
+        ])
+        for result in run.results
+    }
+
+
+def classroom(base: Path, name: str, salt: str, count: int) -> Path:
+    """The class `name` for one run, its kernels salted with the run's name."""
+    folder = base / name / salt.replace(" ", "-")
+    synthesise(folder / "class", count, distinct=name == "distinct", salt=salt)
+    return folder
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--students", type=int, default=500)
-    parser.add_argument("--serial", type=int, default=8, help="students graded one by one first, for the rate")
+    parser.add_argument("--students", type=int, default=500, help="hand-ins of the course-mix class")
+    parser.add_argument("--distinct-students", type=int, default=32, help="hand-ins of the class of own kernels")
+    parser.add_argument("--serial", type=int, default=3, help="students of each class graded one by one first")
     parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--gpus", default="", help="all, or GPU numbers such as 0,1")
+    parser.add_argument("--gpus", default="all", help="all, or GPU numbers such as 0,1; the first is the 'one GPU'")
+    parser.add_argument("--classes", default="shared,distinct", help="which classes: shared, distinct or both")
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-speed", action="store_true")
-    parser.add_argument("--distinct", action="store_true", help="no two students share a kernel")
-    parser.add_argument("--out", type=Path, help="keep the class and results here")
+    parser.add_argument("--out", type=Path, help="keep the classes and results here")
+    parser.add_argument("--fresh-workers", action="store_true", help="no GPU worker kept between students")
     args = parser.parse_args()
     from autograder.cli import _gpu_list
 
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="class-throughput-"))
-    synthesise(base / "class", args.students, distinct=args.distinct)
-    subset = base / "subset"
-    subset.mkdir(exist_ok=True)
-    for path in sorted((base / "class").glob("*.ipynb"))[: args.serial]:
-        shutil.copy(path, subset)
     options = GradeOptions(backend=args.backend, seed=1, quick=args.quick, measure_speed=not args.no_speed)
-    gpus = _gpu_list(args.gpus) if args.gpus else ()
-    serial_s, serial, serial_busy = timed(subset, base / "serial", options, ClassOptions(gpus=gpus[:1]))
-    whole_s, whole, whole_busy = timed(base / "class", base / "results", options,
-                                       ClassOptions(workers=args.workers, gpus=gpus))
-    sharing = "no kernel shared" if args.distinct else "kernels shared as in a course"
-    print(f"class of {args.students} synthetic hand-ins ({sharing}), backend {args.backend}, gpus {gpus or 'default'}")
-    print(f"{'run':<28} {'students':>8} {'seconds':>8} {'per minute':>10} {'GPU busy':>9}")
-    print(f"{'serial (one by one)':<28} {len(serial.results):8d} {serial_s:8.1f} "
-          f"{len(serial.results) / serial_s * 60:10.1f} {serial_busy:>9}")
-    print(f"{f'{args.workers} workers':<28} {len(whole.results):8d} {whole_s:8.1f} "
-          f"{len(whole.results) / whole_s * 60:10.1f} {whole_busy:>9}")
-    print("serial:   " + phase_summary(serial.results, serial_s))
-    print("parallel: " + phase_summary(whole.results, whole_s))
-    for name, run in (("serial", serial), ("parallel", whole)):
-        if run.failures:
-            student, error = run.failures[0]
-            print(f"{name}: {len(run.failures)} grader failure(s); the first, {student}:\n{error}")
+    gpus = _gpu_list(args.gpus) if args.gpus and args.backend != "cpu" else ()
+    placements = {"one GPU" if gpus else "here": gpus[:1]} | ({f"{len(gpus)} GPUs": gpus} if len(gpus) > 1 else {})
+    sizes = {"shared": args.students, "distinct": args.distinct_students}
+    rows = []
+    share = not args.fresh_workers
+    for name in args.classes.split(","):
+        # The first students alone: also builds the grader's own (the CPU runtime, the references) once.
+        serial_folder = classroom(base, name, "serial", args.serial)
+        serial = timed(serial_folder / "class", serial_folder / "results", options,
+                       ClassOptions(gpus=gpus[:1], share_workers=share), f"{name} serial")
+        measured = {}
+        for where, placed in placements.items():
+            folder = classroom(base, name, where, sizes[name])
+            measured[where] = timed(folder / "class", folder / "results", options,
+                                    ClassOptions(workers=args.workers, gpus=placed, share_workers=share),
+                                    f"{name} on {where}")
+        rows.append((name, serial, measured))
+    print()
+    workers = "fresh workers for every student" if args.fresh_workers else "GPU workers kept between students"
+    print(f"backend {args.backend}, {args.workers} workers, GPUs {gpus or 'none'}, {workers}; every run compiles "
+          "its students' kernels afresh")
+    header = f"{'class':<10} {'students':>8} {'serial /min':>11}"
+    for where in placements:
+        header += f" {where + ' s':>11} {where + ' /min':>13}"
+    print(header + (f" {'speed-up':>9}" if len(placements) > 1 else ""))
+    for name, serial, measured in rows:
+        line = f"{name:<10} {sizes[name]:>8} {serial.rate:>11.1f}"
+        for result in measured.values():
+            line += f" {result.seconds:>11.1f} {result.rate:>13.1f}"
+        rates = [result.rate for result in measured.values()]
+        print(line + (f" {rates[-1] / rates[0]:>8.2f}x" if len(rates) > 1 else ""))
+    for name, serial, measured in rows:
+        first, *others = measured.values()
+        for where, result in zip(list(measured)[1:], others, strict=True):
+            same = grades(result.run) == grades(first.run)
+            print(f"{name}: grades on {where} {'equal' if same else 'DIFFER from'} those on one GPU")
+        kept = grades(serial.run)
+        equal = all(grades(first.run).get(student) == grade for student, grade in kept.items())
+        print(f"{name}: the serial students' grades {'equal' if equal else 'DIFFER from'} theirs in the class run")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ target=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp31
 # Dask's distributed scheduler for class runs with --workers.
 # Each with --no-deps: a second version of a package the machine has would stop the whole install.
 packages=(
-    pytools platformdirs siphash24 mako pyseccomp
+    pytools platformdirs siphash24 mako pyseccomp pyelftools
     nbformat fastjsonschema jsonschema jsonschema-specifications referencing rpds-py jupyter-core traitlets
     click rich
     dask distributed cloudpickle toolz zict tblib sortedcontainers locket partd fsspec msgpack tornado

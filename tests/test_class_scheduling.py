@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import dask
 import pytest
 
 from autograder.batch import ClassOptions, grade_class
-from autograder.grade import GradeOptions
+from autograder.grade import GradeOptions, grade_notebook
 from autograder.records import PerfVerdict, Status, StudentResult, to_dict
-from autograder.schedule import gpu_gate, place
+from autograder.schedule import gpu_gate, place, run
+from autograder.verify import UNDEFINED_KINDS
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "submissions"
 STUDENTS = ("alice", "bob", "carol", "grace")  # every kind of verdict of the example class, in less time
@@ -26,6 +29,21 @@ def grades(results: tuple[StudentResult, ...]) -> dict:
     (as JSON text, in which a NaN a kernel left equals another NaN)."""
     fields = ("stage", "status", "points", "findings", "cases", "technique")
     return {r.student: json.dumps([[to_dict(getattr(s, f)) for f in fields] for s in r.stages]) for r in results}
+
+
+def verdicts(results: tuple[StudentResult, ...]) -> dict:
+    """What must not depend on how a class was scheduled on a GPU: each stage's status, correctness points and
+    findings, and its cases' verdicts, where its result is defined: a racing kernel sums differently from run
+    to run on a GPU (which is why it is incorrect whatever it sums), and a speed verdict can flip between runs
+    where a stage is exactly as fast as it must be."""
+    return {
+        r.student: [
+            (s.stage, s.status, s.points.correctness, sorted((f.kind, f.line) for f in s.findings),
+             [] if any(f.kind in UNDEFINED_KINDS for f in s.findings) else [(c.label, c.passed) for c in s.cases])
+            for s in r.stages
+        ]
+        for r in results
+    }
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +64,35 @@ def test_a_local_dask_cluster_gives_the_serial_grades(klass: Path, serial, tmp_p
     assert [r.student for r in parallel.results] == list(STUDENTS)
     assert grades(parallel.results) == grades(serial.results)
     assert (tmp_path / "grades.csv").read_text() == (serial.out / "grades.csv").read_text()
+
+
+def dies_once(marks: Path, index: int) -> int:
+    """A task whose first run kills its worker process, as a machine out of memory would."""
+    mark = marks / str(index)
+    if not mark.exists():
+        mark.touch()
+        os._exit(1)
+    return index
+
+
+def always_dies(_: Path, index: int) -> int:
+    os._exit(1)
+
+
+def test_a_lost_worker_is_replaced_its_task_run_again_and_the_run_stays_quiet(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    done: list[int] = []
+    lost: list[tuple] = []
+    replaced = run(dies_once, [(tmp_path, 0), (tmp_path, 1)], workers=2, on_result=done.append,
+                   on_lost=lambda task, why: lost.append(task))
+    assert sorted(done) == [0, 1] and lost == [] and replaced >= 1
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):  # give up after its second worker dies
+        given_up = run(always_dies, [(tmp_path, 2)], workers=2, on_result=done.append,
+                       on_lost=lambda task, why: lost.append((task, why)))
+    assert lost and lost[0][0] == (tmp_path, 2) and "KilledWorker" in lost[0][1] and given_up >= 1
+    output = capfd.readouterr()
+    assert "Traceback" not in output.out + output.err
 
 
 class Killed(Exception):
@@ -129,11 +176,13 @@ def test_on_a_gpu_parallel_students_are_timed_on_their_gpu_with_the_serial_statu
     klass: Path, tmp_path: Path
 ) -> None:
     options = replace(OPTIONS, backend="gpu", measure_speed=True)
+    # One by one in this process, the GPU workers kept from student to student (autograder.executors); on a
+    # local Dask cluster, each worker process keeping its own; and each student alone, in fresh workers.
     serial = grade_class(klass, tmp_path / "serial", options, spread=ClassOptions(gpus=(0,)))
     parallel = grade_class(klass, tmp_path / "parallel", options, spread=ClassOptions(workers=3, gpus=(0,)))
+    alone = tuple(grade_notebook(klass / f"{student}.ipynb", student, options) for student in STUDENTS)
     assert {r.gpu for r in parallel.results} == {0}
-    statuses = {r.student: [s.status for s in r.stages] for r in serial.results}
-    assert {r.student: [s.status for s in r.stages] for r in parallel.results} == statuses
+    assert verdicts(parallel.results) == verdicts(serial.results) == verdicts(alone)
     assert all(
         s.performance.verdict is not PerfVerdict.NOT_MEASURED
         for r in parallel.results for s in r.stages if s.status is Status.CORRECT

@@ -14,6 +14,7 @@ import re
 import pytest
 
 from autograder.build import Builder
+from autograder.executors import StudentWorkers
 from autograder.grade import GradeOptions, grade_stages
 from autograder.isolation import Worker
 from autograder.records import Build, KernelSource, SourceLocation
@@ -172,6 +173,15 @@ def gpu_builder() -> Builder:
         return Builder(worker.device, Sandbox(True))
 
 
+def sanitized(builds: dict[str, Build], tool: str) -> dict:
+    """What the tools see in `builds`, a student's, in sessions of its own."""
+    workers = StudentWorkers("gpu", {}, Sandbox(True))
+    try:
+        return sanitize(builds, tool, workers.session, set(), 256, lambda: gpu_gate(0, exclusive=False))
+    finally:
+        workers.close()
+
+
 @pytest.mark.gpu
 def test_each_checker_sees_what_this_file_says_it_sees(sanitizer_tool: str, gpu_builder: Builder) -> None:
     builds = {}
@@ -179,7 +189,7 @@ def test_each_checker_sees_what_this_file_says_it_sees(sanitizer_tool: str, gpu_
         builds[name] = gpu_builder.build(get_stage(stage_id), KernelSource(make()))
     seen = {}
     for name, build in builds.items():  # one student per kernel: several kernels of one stage
-        found = sanitize({build.stage_id: build}, sanitizer_tool, Sandbox(True), {}, 256, lambda: gpu_gate(0, exclusive=False))[build.stage_id]
+        found = sanitized({build.stage_id: build}, sanitizer_tool)[build.stage_id]
         seen[name] = {f.kind for f in found.findings}
         assert all(f.message.startswith("compute-sanitizer ") for f in found.findings)
     assert seen == SANITIZER_SEES
@@ -188,7 +198,7 @@ def test_each_checker_sees_what_this_file_says_it_sees(sanitizer_tool: str, gpu_
 @pytest.mark.gpu
 def test_the_reference_kernels_are_clean_under_every_tool(sanitizer_tool: str, gpu_builder: Builder) -> None:
     builds = {s: gpu_builder.build(get_stage(s), reference_source(s)) for s in REQUIRED_STAGE_IDS}
-    found = sanitize(builds, sanitizer_tool, Sandbox(True), {}, 256, lambda: gpu_gate(0, exclusive=False))
+    found = sanitized(builds, sanitizer_tool)
     assert {stage_id: seen for stage_id, seen in found.items() if seen.findings or seen.notes} == {}
 
 

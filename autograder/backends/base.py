@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from autograder.errors import GraderError
 from autograder.records import Build, DeviceInfo, Finding, KernelMetrics, KernelSource
 from autograder.stages import Stage
 
@@ -132,6 +133,12 @@ class Backend(ABC):
     def metrics(self, kernel: Kernel) -> KernelMetrics | None:
         """Bank-conflict and divergence metrics of `kernel`'s launches so far, where the backend measures them."""
         return None
+
+    def reset(self) -> None:
+        """Drop everything the last student's kernels used (their modules and every buffer), keeping only the
+        device, so that the backend can serve another student (autograder.executors). Raises KernelFault where
+        the device is not in a state to be used again, GraderError where the backend cannot be reused at all."""
+        raise GraderError(f"the {self.name} backend cannot serve another student: start a fresh worker")
 
     def close(self) -> None:
         """Release the device. The backend is not used again."""

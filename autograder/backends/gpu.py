@@ -23,6 +23,7 @@ How it runs kernels:
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import json
 import os
@@ -39,6 +40,7 @@ import numpy as np
 
 from autograder import errors
 from autograder.backends.base import Backend, Buffer, Kernel
+from autograder.build import defined_symbols
 from autograder.records import Build, CompilerMessage, DeviceInfo, KernelSource
 from autograder.sandbox import Sandbox
 from autograder.stages import Shape, Stage, get_stage
@@ -228,7 +230,7 @@ class GpuBackend(Backend):
             except self._cuda.Error:
                 continue
         if function is None:
-            raise errors.CompileError(stage.missing_kernel_message(cubin), (), "")
+            raise errors.CompileError(stage.missing_kernel_message(defined_symbols(cubin)), (), "")
         function.prepare(_ARG_CODES[stage.shape])
         return Kernel(stage=stage, source=build.source, handle=function, warnings=build.warnings)
 
@@ -375,14 +377,31 @@ class GpuBackend(Backend):
             driver = _nvidia_driver_version()
             if driver:
                 versions.insert(0, ("nvidia_driver", driver))
+            pageable = self._device.get_attribute(cuda.device_attribute.PAGEABLE_MEMORY_ACCESS)
             self._info = DeviceInfo(
                 backend=self.name,
                 name=self._device.name(),
                 compute_capability=f"{major}.{minor}",
                 l2_bytes=self._l2_bytes,
                 versions=tuple(versions),
+                host_memory_access=bool(pageable),
             )
         return self._info
+
+    def reset(self) -> None:
+        """Wait for the last student's kernels, then free its buffers and unload its modules (the timing helper's
+        too: it is loaded again from the grader's PTX when next needed). The context stays, with its stream,
+        events and L2 flush buffer, whose contents no timing depends on."""
+        self._usable()
+        with self._driver_call("finishing the last student's kernels"):
+            self._cuda.Context.synchronize()
+        for allocation in self._allocations.values():
+            with self._driver_call("freeing the last student's buffers"):
+                allocation.free()
+        self._allocations.clear()
+        self._modules.clear()
+        self._hold = None
+        gc.collect()  # a module is unloaded when the last object that holds it goes
 
     def close(self) -> None:
         if self._closed:

@@ -126,8 +126,7 @@ The grader launches your kernels itself. Write them for exactly this launch.
   with two kinds of input: integer-valued floats, whose sums are exact, so any element dropped or added twice
   shows; and random floats, compared with a float64 sum within a tolerance that fits float32 arithmetic. Each
   grading run draws new inputs.
-* **Races.** Data races, out-of-bounds accesses and similar defects found while your kernel runs cost part of
-  the stage's correctness points even when the result is right.
+{undefined}
 * **Speed** (on the grading GPU only). Your stage is timed side by side with your previous stage, with the L2
   cache flushed before every call, and the median of many calls counts. It must be faster than your previous
   stage by a factor derived from how much faster the reference solution is on that GPU, and not much slower
@@ -136,6 +135,18 @@ The grader launches your kernels itself. Write them for exactly this launch.
 
 {points_table}
 """
+
+# What the rubric's [undefined_behaviour] verdict makes of a kernel whose result CUDA leaves undefined.
+UNDEFINED = {
+    "incorrect": """\
+* **Undefined behaviour.** A data race, an access out of bounds, a `__syncthreads()` that only part of the
+  block reaches, a warp operation that reads a lane not taking part: CUDA does not define what such a kernel
+  computes, so the stage is incorrect even when its result is right (it may sum right on your GPU and wrong on
+  the grader's, or on the CPU backend). The self-check names the line to fix.""",
+    "penalty": """\
+* **Races.** Data races, out-of-bounds accesses and similar defects found while your kernel runs cost part of
+  the stage's correctness points even when the result is right.""",
+}
 
 STAGE_TEXT: dict[str, str] = {
     "naive": """\
@@ -256,7 +267,7 @@ there, and the shared-memory writes made before it are visible to all of them af
 
 Every lane named in the mask must reach each `__syncwarp()`, so do not put one inside a branch that only some
 lanes of the warp take. The self-check's race checker (CPU backend) reports a missing `__syncwarp()` as a race,
-and races cost points even when the sum is right. On an H200 this step gave about 1.3x.
+and the grader counts a race against the stage even when the sum is right. On an H200 this step gave about 1.3x.
 """,
     "shuffle": """\
 ## Stage 6: Warp shuffle
@@ -422,7 +433,8 @@ def build() -> NotebookNode:
     cells = [
         _markdown("intro", INTRO),
         _code("setup", SETUP, _nbgrader(SETUP_ID, locked=True)),
-        _markdown("contract", CONTRACT.format(block_size=rubric.block_size, points_table=_points_table())),
+        _markdown("contract", CONTRACT.format(block_size=rubric.block_size, points_table=_points_table(),
+                                              undefined=UNDEFINED[rubric.undefined])),
     ]
     for stage in STAGES:
         cells.extend(_stage_cells(stage))

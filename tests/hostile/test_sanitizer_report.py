@@ -9,11 +9,13 @@ the author's own stages: every kernel a sanitizer run sees is the same student's
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from autograder.build import Builder
 from autograder.isolation import Worker
 from autograder.records import KernelSource
 from autograder.references import reference_source
-from autograder.sanitizer import PREFIX, parse_report, sessions
+from autograder.sanitizer import PREFIX, parse_report, sanitize
 from autograder.stages import get_stage
 from autograder.verify import Case, run_case
 
@@ -54,21 +56,52 @@ def test_forged_report_lines_cannot_hide_the_tools_report_or_accuse_another_kern
             assert {(f.kernel, f.line) for f in found["naive"]} == {("reduce_naive", None), ("reduce_naive", 7)}
 
 
-def test_a_kernel_that_prints_is_sanitized_alone_so_it_can_accuse_only_itself() -> None:
-    # Above, a printing naive kernel accused the shuffle stage in a shared report. Were they sanitized together,
-    # a classmate with the same (reference) shuffle would read that finding from the class memo.
+def test_a_kernel_is_accused_only_by_what_was_written_during_its_own_call() -> None:
+    # Quiet kernels share a session, in a class one that serves many students: the report written while a kernel
+    # ran is that kernel's. A kernel that prints gets a session of its own (its printf could reach the output
+    # after its call), so the lines it forges can accuse only itself, never a classmate's identical kernel
+    # through the class memo. Here racecheck is a launcher that writes one genuine report naming the shuffle
+    # kernel when it starts, which it does during the first call it serves; the other tools report nothing.
     spliced = reference_source("sequential").text.replace(
         "    if (tid == 0) {\n", '    if (tid == 0) {\n        pri\\\nntf("hidden by a line splice\\n");\n', 1
     )
+    racecheck = ("/bin/sh", "-c", f'echo "{PREFIX}{GENUINE}"; exec "$@"', "launcher")
+    racecheck = ("/bin/sh", "-c", f'echo "{PREFIX}{GENUINE}"; exec "$@"', "launcher")
+    sessions: dict[tuple[str, str], Worker] = {}
+    asked: list[tuple[str, str]] = []
+
+    def session(tool: str, _: tuple[str, ...], how: str) -> Worker:
+        asked.append((tool, how))
+        if how == "alone" or (tool, how) not in sessions:
+            sessions[tool, how] = Worker("cpu", launcher=racecheck if tool == "racecheck" else ())
+        return sessions[tool, how]
+
     with Worker("cpu") as worker:  # compiled, so the spliced printf is one the compiler takes
         builder = Builder(worker.device, worker.sandbox)
         builds = {
             "naive": builder.build(get_stage("naive"), KernelSource(forging_kernel())),
             "sequential": builder.build(get_stage("sequential"), KernelSource(spliced)),
-            "first_add": builder.build(get_stage("first_add"), reference_source("first_add")),
             "shuffle": builder.build(get_stage("shuffle"), reference_source("shuffle")),
+            "max2d": builder.build(get_stage("max2d"), reference_source("max2d")),
         }
-    assert [sorted(session) for session in sessions(builds)] == [["first_add", "shuffle"], ["naive"], ["sequential"]]
+        classmate = builder.build(get_stage("shuffle"), KernelSource(reference_source("shuffle").text + "// mine\n"))
+    try:
+        seen = sanitize(builds, "compute-sanitizer", session, {"max2d"}, 256, nullcontext)
+        # The next student's shuffle kernel, of the same name, in the same shared sessions: nothing against it.
+        later = sanitize({"shuffle": classmate}, "compute-sanitizer", session, set(), 256, nullcontext)
+    finally:
+        for each in sessions.values():
+            each.close()
+    assert asked[:4] == [("memcheck", "alone")] * 2 + [("memcheck", "shared")] * 2
+    # max2d is not known to be memory-safe: racecheck and synccheck run it in a session of the student's own.
+    hows = ("alone", "alone", "shared", "student")
+    assert asked[4:12] == [(tool, how) for tool in ("racecheck", "synccheck") for how in hows]
+    # The shuffle kernel ran first in the shared racecheck session, while the genuine report was written.
+    assert [(f.kind, f.line) for f in seen["shuffle"].findings] == [("race_syncthreads", 3)]
+    assert later["shuffle"].findings == ()
+    assert seen["max2d"].findings == seen["sequential"].findings == ()
+    # The forging kernel's own lines stand against it alone; those naming the shuffle kernel count for nothing.
+    assert {f.kernel for f in seen["naive"].findings} == {"reduce_naive"}
 
 
 def test_a_flood_of_forged_report_lines_cannot_push_the_tools_report_out_of_reach() -> None:

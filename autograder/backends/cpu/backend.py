@@ -24,6 +24,7 @@ import numpy as np
 
 from autograder.backends.base import Backend, Buffer, Kernel
 from autograder.backends.cpu.compiler import Toolchain, build_shared_objects, prepare_toolchain
+from autograder.build import defined_symbols
 from autograder.errors import CompileError, KernelFault
 from autograder.records import FINDING_KINDS, Build, DeviceInfo, Finding, KernelMetrics, KernelSource, LineMetric
 from autograder.sandbox import Sandbox
@@ -109,7 +110,7 @@ def _bind_kernel(library: ctypes.CDLL, stage: Stage, binary: bytes) -> None:
             continue
         ctypes.c_void_p.in_dll(library, "__ag_kernel").value = address
         return
-    raise CompileError(stage.missing_kernel_message(binary), (), "")
+    raise CompileError(stage.missing_kernel_message(defined_symbols(binary)), (), "")
 
 
 class CpuBackend(Backend):
@@ -194,11 +195,11 @@ class CpuBackend(Backend):
         stage = get_stage(build.stage_id)
         folder = Path(tempfile.mkdtemp(prefix="kernel-", dir=self._folder))
         libraries = {}
-        for name in ("checked.so", "fast.so"):
+        for name, data in build.files:  # checked.so, and fast.so unless the checked build serves as both
             path = folder / name
-            path.write_bytes(build.file(name))
+            path.write_bytes(data)
             libraries[name] = ctypes.CDLL(str(path))
-            _bind_kernel(libraries[name], stage, build.file(name))
+            _bind_kernel(libraries[name], stage, data)
         kernel_id = next(_KERNEL_IDS)
         details = build.details
         compiled = _CompiledKernel(
@@ -206,7 +207,7 @@ class CpuBackend(Backend):
             name=stage.kernel_name,
             source=build.source,
             checked=libraries["checked.so"],
-            fast=libraries["fast.so"],
+            fast=libraries.get("fast.so", libraries["checked.so"]),
             parameter_names=tuple(details["parameter_names"]),
             dynamic_shared_names=tuple(details["dynamic_shared_names"]),
             device_variables=bool(details["device_variables"]),

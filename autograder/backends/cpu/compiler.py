@@ -177,29 +177,34 @@ def entry_code(stage: Stage, line: int) -> str:
 ENTRY_LINE = 1_000_000  # entry code lines: far past any student source
 
 
-def compile_kernel(toolchain: Toolchain, source: KernelSource, stage: Stage, sandbox: Sandbox) -> KernelBuild:
+def compile_kernel(
+    toolchain: Toolchain, source: KernelSource, stage: Stage, sandbox: Sandbox, fast: bool = True
+) -> KernelBuild:
     """Both builds of `source` for `stage`, from the cache when they are there. Raises CompileError.
 
     g++ runs inside the sandbox and writes only a temporary build folder; the grader then moves what it built
-    into the cache and records each file's SHA-256, which is checked whenever the cache is read.
+    into the cache and records each file's SHA-256, which is checked whenever the cache is read. Without `fast`
+    only the instrumented build is made and serves as both: enough for launches small enough to be checked
+    whole (the CPU analysis of GPU stages), at half the compiling.
     """
     rewritten = rewrite_source(
         source.text, lambda text: _preprocess(toolchain, sandbox, text, source), SOURCE_NAME
     )
     text = rewritten.text + entry_code(stage, ENTRY_LINE)
     include_flags = () if rewritten.preprocessed else PRELUDE_FLAGS  # preprocessed text holds the prelude
-    key = _digest(toolchain.key, text, " ".join(COMMON_FLAGS + CHECK_FLAGS))
+    key = _digest(toolchain.key, text, " ".join(COMMON_FLAGS + CHECK_FLAGS), "" if fast else "checked only")
     checked = toolchain.cache / f"k-{key}-checked.so"
-    fast = toolchain.cache / f"k-{key}-fast.so"
+    plain = toolchain.cache / f"k-{key}-fast.so" if fast else checked
     manifest = toolchain.cache / f"k-{key}.json"
+    files = {"checked": checked, "fast": plain} if fast else {"checked": checked}
     names = parameter_names(source.text, stage.kernel_name, 3 if stage.shape is Shape.SUM_1D else 4)
     device_variables = declares_device_variables(source.text)
 
     def finish(log: str, lines: dict[int, int], hashes: dict[str, str]) -> KernelBuild:
         warnings = tuple(m for m in parse_diagnostics(log, source) if m.severity == "warning")
-        return KernelBuild(checked, fast, warnings, rewritten.dynamic_names, names, device_variables, lines, hashes)
+        return KernelBuild(checked, plain, warnings, rewritten.dynamic_names, names, device_variables, lines, hashes)
 
-    cached = _read_manifest(manifest, {"checked": checked, "fast": fast})
+    cached = _read_manifest(manifest, files)
     if cached is not None:
         return finish(cached["log"], {int(pc): line for pc, line in cached["lines"].items()}, cached["files"])
 
@@ -216,23 +221,24 @@ def compile_kernel(toolchain: Toolchain, source: KernelSource, stage: Stage, san
 
         # The two builds run side by side: the instrumented one compiles to an object first, because linking
         # with -fsanitize=thread would pull in the real ThreadSanitizer library.
+        argvs = [[*base, *CHECK_FLAGS, "-c", "-x", "c++", SOURCE_NAME, "-o", "checked.o"]]
+        if fast:
+            argvs.append([*base, "-shared", "-x", "c++", SOURCE_NAME, "-x", "none", *link, "-o", "fast.so"])
         with ThreadPoolExecutor(2) as pool:
-            checked_run = pool.submit(run, [*base, *CHECK_FLAGS, "-c", "-x", "c++", SOURCE_NAME, "-o", "checked.o"])
-            fast_argv = [*base, "-shared", "-x", "c++", SOURCE_NAME, "-x", "none", *link, "-o", "fast.so"]
-            fast_run = pool.submit(run, fast_argv)
-            compiled_checked, compiled_fast = checked_run.result(), fast_run.result()
-        if compiled_checked.returncode != 0 or compiled_fast.returncode != 0:
-            log = compiled_checked.stderr if compiled_checked.returncode != 0 else compiled_fast.stderr
-            raise _compile_error(log, source)
+            compiled = list(pool.map(run, argvs))
+        failed = next((result for result in compiled if result.returncode != 0), None)
+        if failed is not None:
+            raise _compile_error(failed.stderr, source)
         linked = run([toolchain.compiler, "-shared", "checked.o", *link, "-o", "checked.so"])
         if linked.returncode != 0:
             raise _compile_error(linked.stderr, source)
-        _refuse_forbidden_imports(run(["nm", "-D", "--undefined-only", "checked.so", "fast.so"]).stdout)
+        libraries = [f"{name}.so" for name in files]
+        _refuse_forbidden_imports(run(["nm", "-D", "--undefined-only", *libraries]).stdout)
         lines = _line_table(build / "checked.so", run)
-        _publish(build / "fast.so", fast)
-        _publish(build / "checked.so", checked)
-        hashes = _write_manifest(manifest, {"checked": checked, "fast": fast}, compiled_checked.stderr, lines)
-    return finish(compiled_checked.stderr, lines, hashes)
+        for name, path in files.items():
+            _publish(build / f"{name}.so", path)
+        hashes = _write_manifest(manifest, files, compiled[0].stderr, lines)
+    return finish(compiled[0].stderr, lines, hashes)
 
 
 COMPILE_SECONDS = 60.0
@@ -271,10 +277,12 @@ def _refuse_forbidden_imports(nm_output: str) -> None:
         raise CompileError(summary, (CompilerMessage("error", None, summary),), "")
 
 
-def build_shared_objects(toolchain: Toolchain, stage: Stage, source: KernelSource, sandbox: Sandbox) -> Build:
-    """`compile_kernel` as a Build a worker can load: the two libraries' bytes and what the loader needs."""
-    built = compile_kernel(toolchain, source, stage, sandbox)
-    files = {"checked": built.checked.read_bytes(), "fast": built.fast.read_bytes()}
+def build_shared_objects(
+    toolchain: Toolchain, stage: Stage, source: KernelSource, sandbox: Sandbox, fast: bool = True
+) -> Build:
+    """`compile_kernel` as a Build a worker can load: the libraries' bytes and what the loader needs."""
+    built = compile_kernel(toolchain, source, stage, sandbox, fast)
+    files = {"checked": built.checked.read_bytes()} | ({"fast": built.fast.read_bytes()} if fast else {})
     for name, data in files.items():  # the bytes sent, not only the file checked a moment ago
         if hashlib.sha256(data).hexdigest() != built.hashes[name]:
             raise BackendUnavailable(f"the cached build {name}.so changed after it was built: clear the cache")
@@ -283,7 +291,7 @@ def build_shared_objects(toolchain: Toolchain, stage: Stage, source: KernelSourc
         stage_id=stage.id,
         source=source,
         warnings=built.warnings,
-        files=(("checked.so", files["checked"]), ("fast.so", files["fast"])),
+        files=tuple((f"{name}.so", data) for name, data in files.items()),
         details={
             "dynamic_shared_names": built.dynamic_shared_names,
             "parameter_names": built.parameter_names,

@@ -1,0 +1,75 @@
+"""Phase 2: correctness. The stage's kernel runs every case in the student's main worker (the GPU shared with
+other correctness runs, never during a timing); each case gets its verdict, and the pattern of failures a hint.
+
+A hang or a crash ends the cases there. Whatever else a worker raises (a kernel it cannot load, say) goes up to
+the student's pipeline, which makes it the stage's verdict (autograder.pipeline.student)."""
+
+from __future__ import annotations
+
+from autograder.errors import KernelFault, KernelTimeout
+from autograder.pipeline.run import StudentRun
+from autograder.pipeline.work import collect, distinct
+from autograder.records import Build, CaseResult, Finding, StageResult, Status
+from autograder.stages import Stage
+from autograder.verify import correctness_cases, hint, judge, kernel_metrics, run_case
+
+METRICS_SECONDS = 120.0
+
+
+def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
+    options, block_size = run.options, run.rubric.block_size
+    cases: list[CaseResult] = []
+    findings: dict[tuple, Finding] = {}
+    status = Status.CORRECT
+    for case in correctness_cases(stage, options.seed, quick=options.quick, block_size=block_size):
+        limit = options.case_seconds + options.per_element_seconds * case.count
+        try:
+            run.worker.start()  # a worker starts outside the GPU's gate, so a timing never waits for its start
+            with run.gate(exclusive=False):
+                value, seen = run.worker.call(run_case, build, case, block_size, timeout=limit)
+        except KernelTimeout as error:
+            cases.append(judge(stage, case, None, block_size, error=str(error)))
+            status = Status.TIMEOUT
+            break
+        except KernelFault as error:
+            cases.append(judge(stage, case, None, block_size, error=str(error)))
+            collect(findings, error.findings)
+            # A deadlock the CPU backend sees at once is a kernel that never ends: a GPU waits at its time limit.
+            status = Status.TIMEOUT if any(f.kind == "deadlock" for f in error.findings) else Status.CRASHED
+            break
+        changed = next((f.message for f in seen if f.kind == "input_changed"), None)
+        cases.append(judge(stage, case, value, block_size, error=changed))
+        collect(findings, seen)
+    if status is Status.CORRECT and not all(case.passed for case in cases):
+        status = Status.INCORRECT
+    metrics = None
+    if status in (Status.CORRECT, Status.INCORRECT):
+        try:
+            metrics = run.worker.call(kernel_metrics, build, timeout=METRICS_SECONDS)
+        except (KernelTimeout, KernelFault):
+            metrics = None
+    case_tuple = tuple(cases)
+    joined = distinct(findings)
+    return StageResult(
+        stage=stage.id,
+        status=status,
+        message=_message(status, case_tuple),
+        hint=hint(stage, case_tuple, block_size, joined) if status is not Status.CORRECT else None,
+        compiler=build.warnings,
+        cases=case_tuple,
+        findings=joined,
+        metrics=metrics,
+    )
+
+
+def _message(status: Status, cases: tuple[CaseResult, ...]) -> str:
+    passed = sum(case.passed for case in cases)
+    if status is Status.CORRECT:
+        return f"correct: all {len(cases)} cases right"
+    if status in (Status.TIMEOUT, Status.CRASHED):
+        last = cases[-1]
+        return f"{status.value.replace('_', ' ')} on {last.label}: {last.error}"
+    wrong = [case for case in cases if not case.passed]
+    first = wrong[0]
+    what = first.error or f"gave {first.got}, expected {first.expected}"
+    return f"wrong on {len(wrong)} of {len(cases)} cases ({passed} right); first: {first.label}: {what}"

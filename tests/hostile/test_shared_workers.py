@@ -1,0 +1,110 @@
+"""A GPU worker kept from one student to the next (autograder.executors): nothing a student's kernels do can
+change a later student's verdict. Each attack is handed in by a student graded just before a clean one, in the
+same process, so the clean student's kernels run in whatever the attacker's left behind; its grades must be
+those it gets alone, in fresh workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import executors
+from autograder.batch import grade_class
+from autograder.grade import GradeOptions, grade_notebook
+from autograder.isolation import worker_kind
+from autograder.notebook import kernel_cell, stage_cells
+from autograder.references import reference_source
+from autograder.sandbox import Sandbox
+from autograder.stages import STAGE_IDS, get_stage
+from autograder.verify import loaded
+
+ROOT = Path(__file__).resolve().parents[2]
+KNOWN = ROOT / "tests" / "known"
+OPTIONS = GradeOptions(backend="gpu", seed=20261124, quick=True, case_seconds=5.0, per_element_seconds=1e-6)
+
+
+def mutant(stage_id: str, old: str, new: str) -> str:
+    text = reference_source(stage_id).text
+    assert old in text, f"{old!r} is not in the {stage_id} reference"
+    return text.replace(old, new, 1)
+
+
+# (stage, kernel): each attack on a kept worker, and whether the worker may then serve the next student.
+ATTACKS = {
+    # Writes its read-only input while reading it: every later call of this context must see fresh inputs.
+    "writes_its_input": ("naive", mutant("naive", "__syncthreads();\n", "__syncthreads();\n"
+                                         "    if (i < n) ((float *)g_in)[i] = 7.0f;\n"), True),
+    # State in __device__ memory that outlives its launches: its module must go with its student.
+    "keeps_device_state": ("shuffle", (KNOWN / "cached_across_calls.cu").read_text(), True),
+    # Writes far past its output, into whatever else the context has mapped there.
+    "writes_far_past_its_output": ("first_add", mutant("first_add", "g_out[blockIdx.x] = sdata[0];",
+                                                       "g_out[blockIdx.x] = sdata[0]; "
+                                                       "g_out[gridDim.x + (blockIdx.x << 16) + tid] = 1e30f;"),
+                                   False),
+    # An illegal address: a sticky error that ends the context.
+    "sticky_error": ("first_add", (KNOWN / "far_out_of_bounds_write.cu").read_text(), False),
+    # Never ends.
+    "never_ends": ("naive", (KNOWN / "infinite_loop.cu").read_text(), False),
+}
+
+
+def notebook(folder: Path, student: str, kernels: dict[str, str]) -> Path:
+    path = folder / f"{student}.ipynb"
+    cells = [kernel_cell(stage_id, kernels.get(stage_id, get_stage(stage_id).stub_source())) for stage_id in STAGE_IDS]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    return path
+
+
+def clean_kernels() -> dict[str, str]:
+    """A complete correct hand-in whose kernels no attacker shares (the class memo would share their results)."""
+    alice = stage_cells(ROOT / "examples" / "submissions" / "alice.ipynb")
+    return {stage_id: f"// clean\n{cell.source.text}" for stage_id, cell in alice.items() if cell.source}
+
+
+def grades(result) -> str:
+    """What a later student's verdict is: statuses, correctness points and findings, cases. Not its timings,
+    which vary from run to run."""
+    fields = [[s.stage, s.status, s.points.correctness, s.points.penalty, s.points.technique,
+               sorted((f.kind, f.line) for f in s.findings), [(c.label, c.passed) for c in s.cases]]
+              for s in result.stages]
+    return json.dumps(fields, default=str)
+
+
+@pytest.fixture(autouse=True)
+def no_kept_workers():
+    executors.close_kept()
+    yield
+    executors.close_kept()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_an_attack_in_a_kept_worker_changes_no_later_students_verdict(attack: str, tmp_path: Path) -> None:
+    stage_id, kernel, keeps = ATTACKS[attack]
+    notebook(tmp_path, "a_attacker", {stage_id: kernel})
+    clean = notebook(tmp_path, "b_clean", clean_kernels())
+    alone = grade_notebook(clean, "b_clean", OPTIONS)  # fresh workers, then closed
+    executors.close_kept()
+    # The attacker alone, in this process: whether its worker is kept for the next student.
+    grade_notebook(tmp_path / "a_attacker.ipynb", "a_attacker", OPTIONS, share=True)
+    assert bool(executors._kept.get(worker_kind("gpu", {}, Sandbox(OPTIONS.sandbox), ()))) == keeps
+    executors.close_kept()
+    # The class: the attacker first, the clean student next, in the same process and workers where kept.
+    run = grade_class(tmp_path, tmp_path / "results", OPTIONS)
+    assert not run.failures
+    shared = next(result for result in run.results if result.student == "b_clean")
+    assert grades(shared) == grades(alone)
+
+
+@pytest.mark.gpu
+def test_a_kept_worker_holds_nothing_of_its_last_student(tmp_path: Path) -> None:
+    grade_notebook(notebook(tmp_path, "clean", clean_kernels()), "clean", OPTIONS, share=True)
+    kept = [worker for workers in executors._kept.values() for worker, _ in workers]
+    # The GPU worker and one session per compute-sanitizer tool wait for the next student, holding no kernel.
+    assert len(kept) == 4
+    for worker in kept:
+        assert worker.alive and worker.call(loaded, timeout=60) == 0
+        assert worker.log_size() == 0
