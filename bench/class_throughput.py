@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--serial", type=int, default=3, help="students of each class graded one by one first")
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--gpus", default="all", help="all, or GPU numbers such as 0,1; the first is the 'one GPU'")
-    parser.add_argument("--classes", default="shared,distinct", help="which classes: shared, distinct or both")
+    parser.add_argument("--classes", default="shared,distinct", help="which classes, comma-separated (default both)")
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-speed", action="store_true")
@@ -238,6 +238,8 @@ def main() -> None:
     gpus = _gpu_list(args.gpus) if args.gpus and args.backend != "cpu" else ()
     placements = {"one GPU" if gpus else "here": gpus[:1]} | ({f"{len(gpus)} GPUs": gpus} if len(gpus) > 1 else {})
     sizes = {"shared": args.students, "distinct": args.distinct_students}
+    if unknown := set(args.classes.split(",")) - sizes.keys():
+        parser.error(f"no class named {', '.join(sorted(unknown))}: the classes are shared and distinct")
     rows = []
     share = not args.fresh_workers
     for name in args.classes.split(","):

@@ -3,7 +3,8 @@
 pytest runs in a subprocess, as a TA or a CI job runs it, on three hand-ins that show every kind of item: bob (wrong
 kernels with bounds findings) and grace (stages not attempted, an optional cell that is no string literal) from the
 example class, and hank, alice's hand-in with a shuffle that sums right but reads inactive lanes (undefined
-behaviour: an incorrect stage whose cases all passed, the rubric's [undefined_behaviour]). `autograder grade` on the same class with the same seed must give the same points.
+behaviour: an incorrect stage whose cases all passed, the rubric's [undefined_behaviour]). `autograder grade` on
+the same class with the same seed must give the same points.
 The gpu-marked variant does the same on a GPU, where speed counts.
 """
 
