@@ -28,7 +28,7 @@ import pandas as pd
 
 from autograder.errors import GraderError
 from autograder.executors import close_kept
-from autograder.grade import GradeOptions, grade_notebook
+from autograder.grade import GradeOptions, grade_notebook, no_notebook
 from autograder.memo import grader_version
 from autograder.records import StudentResult, from_dict, to_dict
 from autograder.sandbox import Sandbox
@@ -240,7 +240,7 @@ def grade_class(
         if kept is not None and _still_valid(kept, submission, options):
             results.append(kept)
         else:
-            tasks.append((submission, folder, options, placement, spread.share_workers))
+            tasks.append((submission, options, placement, spread.share_workers))
     total = len(discovery.submissions)
     if on_student:
         for done, result in enumerate(results, 1):
@@ -271,7 +271,7 @@ def grade_class(
     finally:
         close_kept()  # the workers this process kept for its next student (a cluster's end with its processes)
     if failures:
-        write_json(out / "grader-failures.json", [{"student": s, "error": e} for s, e in failures])
+        write_json(out / f"{FAILURES_STEM}.json", [{"student": s, "error": e} for s, e in failures])
     return ClassRun(_by_student(results), tuple(sorted(failures)), out, discovery.skipped, lost_workers)
 
 
@@ -281,16 +281,18 @@ def _by_student(results: list[StudentResult]) -> tuple[StudentResult, ...]:
 
 
 def grade_submission(
-    submission: Submission, folder: Path, options: GradeOptions, placement: Placement, share: bool = True
+    submission: Submission, options: GradeOptions, placement: Placement, share: bool = True
 ) -> tuple[str, StudentResult | None, str | None]:
     """Grade one student where the scheduler put it: (student, result, None), or (student, None, what went
     wrong in the grader). Its GPU workers may serve the next student this process grades, where nothing an
     earlier student's kernel did can reach it (autograder.executors); every other worker is fresh."""
     if placement.gpu is not None:
         options = replace(options, backend_options={**options.backend_options, "device_index": placement.gpu})
-    notebook = submission.notebook or folder / submission.student
     try:
-        result = grade_notebook(notebook, submission.student, options, share=share)
+        if submission.notebook is None:
+            result = no_notebook(submission.student, options, submission.problem or "no notebook")
+        else:
+            result = grade_notebook(submission.notebook, submission.student, options, share=share)
     except Exception as error:  # a bug in the grader must not stop the class
         return submission.student, None, f"{error!r}\n{traceback.format_exc()}"
     stamped = replace(submission.stamp(result), gpu=placement.gpu, notebook_sha256=_sha256(submission.notebook))
@@ -308,7 +310,7 @@ def _previous_results(out: Path) -> dict[str, StudentResult]:
     """The results already in `out`, by file stem; a file that cannot be read is graded again."""
     found = {}
     for path in sorted(out.glob("*.json")):
-        if path.name == "grader-failures.json":
+        if path.stem == FAILURES_STEM:
             continue
         try:
             found[path.stem] = from_dict(StudentResult, json.loads(path.read_text()))
@@ -334,6 +336,7 @@ def _still_valid(result: StudentResult, submission: Submission, options: GradeOp
 
 MAX_STEM_CHARS = 64
 _HASHED_STEM = re.compile(r".*-[0-9a-f]{8}")  # an id that looks hashed is hashed too, so stems never collide
+FAILURES_STEM = "grader-failures"  # the grader's own file beside the results: no student's file is named so
 
 
 def file_stem(student: str) -> str:
@@ -345,7 +348,7 @@ def file_stem(student: str) -> str:
     """
     ascii_only = unicodedata.normalize("NFKD", student).encode("ascii", "ignore").decode()
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", ascii_only).strip("._")[:MAX_STEM_CHARS] or "student"
-    if safe == student and not _HASHED_STEM.fullmatch(safe):
+    if safe == student and not _HASHED_STEM.fullmatch(safe) and safe.lower() != FAILURES_STEM:
         return safe
     digest = hashlib.sha256(student.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{safe}-{digest}"

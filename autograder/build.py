@@ -61,13 +61,22 @@ class Builder:
                 with cpu_slot():
                     check_source(source, self.sandbox, self.device)
                     built = self._build(stage, source)
-                _check_kernel(stage, built)
+                    if _check_kernel(stage, built) == stage.kernel_name:
+                        self._check_parameters(stage, source)
                 future.set_result(built)
             except BaseException as error:
                 future.set_exception(error)  # the same error for every later call: nothing compiles twice
         built = future.result()
         # The same text from another cell: the same bytes, this cell's lines in messages.
         return built if built.source == source else _relocated(built, source)
+
+    def _check_parameters(self, stage: Stage, source: KernelSource) -> None:
+        """An `extern "C"` kernel's symbol names no parameter types, and a launch with the contract's would read
+        others differently on each backend: the compiler checks them, in a build that only tells whether they fit."""
+        try:
+            self._build(stage, replace(source, text=source.text + stage.parameter_check()))
+        except CompileError:
+            raise _contract_error(stage, source, stage.wrong_parameters_message()) from None
 
     def start(self, stage: Stage, source: KernelSource, pool: Executor) -> None:
         """Begin building in `pool`, so that the build is ready (or its error known) when `build` asks for it."""
@@ -95,21 +104,25 @@ def defined_symbols(binary: bytes) -> frozenset[str]:
         return frozenset()
 
 
-def _check_kernel(stage: Stage, build: Build) -> None:
-    """A compile error, on the kernel's line, unless the build defines the stage's kernel under one of the symbols
-    every backend looks it up by (Stage.symbols): a wrong name or parameter types is the stage's compile error,
-    found here in the grader before any worker tries to load it."""
+def _check_kernel(stage: Stage, build: Build) -> str:
+    """The first of the symbols every backend looks the stage's kernel up by (Stage.symbols) that the build
+    defines; else a compile error on the kernel's line: a wrong name or parameter types is the stage's compile
+    error, found here in the grader before any worker tries to load it."""
     defined = defined_symbols(build.file(KERNEL_FILES[build.backend]))
-    if any(symbol in defined for symbol in stage.symbols):
-        return
-    message = stage.missing_kernel_message(defined)
-    line = build.source.cell_line(_kernel_line(stage, build.source.text))
-    raise CompileError(message, (CompilerMessage("error", line, message),))
+    found = next((symbol for symbol in stage.symbols if symbol in defined), None)
+    if found is None:
+        raise _contract_error(stage, build.source, stage.missing_kernel_message(defined))
+    return found
+
+
+def _contract_error(stage: Stage, source: KernelSource, message: str) -> CompileError:
+    line = source.cell_line(_kernel_line(stage, source.text))
+    return CompileError(message, (CompilerMessage("error", line, message),))
 
 
 def _kernel_line(stage: Stage, text: str) -> int | None:
     """The source line that declares the stage's kernel, else the first `__global__` one."""
-    lines = text.splitlines()
+    lines = text.split("\n")  # lines as the compiler counts them (not at U+2028, say)
     for wanted in (rf"__global__.*\b{re.escape(stage.kernel_name)}\b", r"\b__global__\b"):
         found = next((number for number, line in enumerate(lines, 1) if re.search(wanted, line)), None)
         if found is not None:

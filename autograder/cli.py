@@ -10,7 +10,6 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,7 +19,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from autograder import calibration, report
+from autograder import calibration, report, wire
 from autograder import gradebook as gradebooks
 from autograder.batch import ClassOptions, grade_class, write_json
 from autograder.errors import GraderError
@@ -172,7 +171,7 @@ def _progress(console: Console) -> Iterator[Callable[[str, int, int], None]]:
         def log(student: str, done: int, total: int) -> None:
             rate = done / max(time.monotonic() - started, 1e-9) * 60
             left = (total - done) / rate * 60 if rate else 0.0
-            line = f"[{done}/{total}] {student} ({rate:.1f} a minute, {left:.0f} s left)"
+            line = f"[{done}/{total}] {wire.printable(student)} ({rate:.1f} a minute, {left:.0f} s left)"
             console.print(line, markup=False, highlight=False)
 
         yield log
@@ -187,7 +186,7 @@ def _progress(console: Console) -> Iterator[Callable[[str, int, int], None]]:
         def update(student: str, done: int, total: int) -> None:
             elapsed = progress.tasks[task].elapsed or 0.0
             rate = f"{done / elapsed * 60:.1f}/min" if elapsed > 0 else ""
-            progress.update(task, total=total, completed=done, description=escape(student), rate=rate)
+            progress.update(task, total=total, completed=done, description=report.escape(student), rate=rate)
 
         yield update
 

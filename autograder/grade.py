@@ -131,6 +131,15 @@ def new_worker(options: GradeOptions, backend: str | None = None) -> Worker:
     return Worker(backend or options.backend, dict(options.backend_options), sandbox=Sandbox(options.sandbox))
 
 
+def no_notebook(student: str, options: GradeOptions, why: str) -> StudentResult:
+    """A student whose folder holds no notebook the grader could choose: every stage says `why`."""
+    options = options.with_seed()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    stages = tuple(_unreadable(stage_id, Status.INVALID_CELL, f"{student}: {why}", options.rubric)
+                   for stage_id in STAGE_IDS)
+    return _student(student, Path(student), options, started, DeviceInfo(options.backend, NOT_STARTED), stages, ())
+
+
 def _unreadable(stage_id: str, status: Status, problem: str, rubric: Rubric) -> StageResult:
     result = StageResult(stage_id, status, problem)
     points = score(rubric, stage_id, result.status, 0, 0, (), result.performance, performance_measured=False)

@@ -36,7 +36,7 @@ from autograder import sandbox as sandboxing
 from autograder.backends import create_backend
 from autograder.errors import GraderError, KernelFault, KernelTimeout
 from autograder.records import DeviceInfo
-from autograder.wire import MAX_REPLY_BYTES, WireError, check, decode_reply, encode_reply
+from autograder.wire import MAX_REPLY_BYTES, WireError, check, decode_reply, encode_reply, printable
 
 STARTUP_SECONDS = 120.0  # creating a CUDA context or compiling the CPU runtime the first time
 LOG_TAIL_CHARS = 2000
@@ -69,6 +69,7 @@ class Worker:
         self._connection: Connection | None = None
         self._log = Path(tempfile.mkstemp(prefix="autograder-worker-", suffix=".log")[1])
         self._device: DeviceInfo | None = None
+        self._output_from = 0  # where in the output file the current call's (or start's) output begins
         self._starting = threading.Lock()
         self.restarts = 0
 
@@ -100,6 +101,7 @@ class Worker:
         """`fn(backend, *args)` in the child, within `timeout` seconds. `fn` must be a module-level function."""
         self._ensure_started()
         assert self._connection is not None
+        self._output_from = self.log_size()
         self._connection.send((_importable(fn), args))
         what = getattr(fn, "__name__", "call")
         reply = self._receive(timeout, what=what)
@@ -174,6 +176,7 @@ class Worker:
         # A fresh interpreter running this module, rather than multiprocessing's spawn, which would import the
         # caller's main script again (a script or notebook without a __main__ guard would run twice).
         ours, theirs = socket.socketpair()
+        self._output_from = self.log_size()
         options, runtime = _worker_options(self.backend_name, {**self.options, "sandbox": self.sandbox.enabled})
         try:
             self._process = self.sandbox.start_worker(
@@ -217,11 +220,15 @@ class Worker:
         return payload
 
     def _log_tail(self) -> str:
+        """The end of what the worker printed during the call that failed (never an earlier call's: that may
+        have been another stage's, or another student's), safe to show in a terminal."""
         try:
-            text = self._log.read_text(errors="replace")[-LOG_TAIL_CHARS:].strip()
+            with open(self._log, "rb") as log:
+                log.seek(max(self._output_from, log.seek(0, os.SEEK_END) - 4 * LOG_TAIL_CHARS))
+                text = log.read().decode(errors="replace")[-LOG_TAIL_CHARS:].strip()
         except OSError:
             return ""
-        return f"\n{text}" if text else ""
+        return f"\n{printable(text)}" if text else ""
 
     def _stop(self) -> None:
         if self._process is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import errno
+import json
 import os
 import stat
 from dataclasses import dataclass
@@ -69,7 +70,12 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     if len(raw) > MAX_NOTEBOOK_BYTES:
         raise NotebookError(f"{name}: larger than {MAX_NOTEBOOK_BYTES >> 20} MiB; clear the outputs and save it again")
     try:
-        notebook = nbformat.reader.reads(raw.decode("utf-8"))
+        text = raw.decode("utf-8-sig")  # a byte order mark, which some editors write, is no part of the JSON
+        if not isinstance(json.loads(text), dict):
+            raise NotebookError(f"{name}: not a readable notebook (its JSON is not an object with a list of cells)")
+        notebook = nbformat.reader.reads(text)
+    except NotebookError:
+        raise
     except UnicodeDecodeError:
         raise NotebookError(f"{name}: not a readable notebook (not UTF-8 text)") from None
     except Exception as error:  # nbformat and json raise many kinds for a damaged file, and their text quotes it
@@ -92,11 +98,11 @@ def _read_regular_file(path: Path) -> bytes | None:
 def _unreadable_reason(error: Exception) -> str:
     if isinstance(error, RecursionError):
         return "nested too deeply"
-    if isinstance(error, nbformat.reader.NotJSONError):
+    if isinstance(error, (json.JSONDecodeError, nbformat.reader.NotJSONError)):
         return "not JSON"
     if isinstance(error, nbformat.NBFormatError):
         return "an unknown notebook format version"
-    return f"not in the notebook format: {type(error).__name__}"
+    return "not in the notebook format: open it in Jupyter and save it again"
 
 
 def stage_cells(path: Path, notebook: nbformat.NotebookNode | None = None) -> dict[str, StageCell]:

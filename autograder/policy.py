@@ -18,16 +18,21 @@ Messages name at most the offending token, never more of the source.
 
 Text in a conditional group that the preprocessor skips (`#if 0`, the `#else` of a true `#if`, ...) is never
 compiled, and may hold anything. Which groups are skipped is asked of the compilers' own preprocessors, never
-guessed, and only when something is refused inside a conditional group: the source is preprocessed in the sandbox
-with `#error <nonce> <group>` after every conditional directive (and an `#else` holding one where a chain has
-none), by g++ with the CPU prelude under the flags of each of the CPU backend's builds and by nvcc for sm_90 and
-for the GPU's own architecture, whichever backend grades: so a hand-in gets one verdict on both backends, wherever
-both compilers are installed. `#error` cannot be silenced by a pragma or changed by a macro, and fires inside a
-macro call's arguments too. What lies in a group whose marker fires under none of them is dropped; everything
-else stays refused. Every group is checked as if it were compiled where no sandbox is given, where no compiler is
-here, and where the answer could be wrong: the preprocessor reports any other error (a missing header stops it
-early), the markers that fire are not one group of each chain whose enclosing group is taken, a chain is not
-closed, or the source uses `__LINE__` (the markers move lines).
+guessed, whenever the source has a conditional and nothing is refused outside every group: it is preprocessed in
+the sandbox with `#error <nonce> <group>` after every conditional directive (and an `#else` holding one where a
+chain has none), by g++ with the CPU prelude under the flags of each of the CPU backend's builds and by nvcc for
+sm_90 and for the GPU's own architecture, whichever backend grades: so a hand-in gets one verdict on both backends,
+wherever both compilers are installed. `#error` cannot be silenced by a pragma or changed by a macro, and fires
+inside a macro call's arguments too. What lies in a group whose marker fires under none of them is dropped;
+everything else stays refused. Every group is checked as if it were compiled where no sandbox is given, where no
+compiler is here, and where the answer could be wrong: the preprocessor reports any other error (a missing header
+stops it early), the markers that fire are not one group of each chain whose enclosing group is taken, a chain is
+not closed, or the source uses `__LINE__` (the markers move lines; in a directive, it is refused).
+
+The compilers must also agree: a conditional whose groups one compiler (or one of the CPU backend's builds) takes
+and another skips is refused, as are the macros that tell them apart (`__NVCC__`, `__SANITIZE_THREAD__`, ...),
+even where nvcc is not here to be asked. Otherwise the GPU would run one kernel and the race analysis, which g++
+builds, check another.
 """
 
 from __future__ import annotations
@@ -91,6 +96,9 @@ _PLAIN_DIRECTIVES = frozenset({*_OPENING, *_CONTINUING, "endif", "error", "warni
 _ALLOWED_PRAGMAS = frozenset({"unroll", "nounroll", "once"})
 # __attribute__((...)) may name only these (with or without surrounding underscores).
 _ALLOWED_ATTRIBUTES = frozenset({"aligned", "packed", "unused", "always_inline", "noinline"})
+# In a standard attribute, [[...]] (or a namespaced one, [[gnu::...]]), these too: they change no code's place.
+_ALLOWED_STANDARD_ATTRIBUTES = _ALLOWED_ATTRIBUTES | {"maybe_unused", "nodiscard", "likely", "unlikely",
+                                                      "fallthrough", "deprecated"}
 _RESERVED = re.compile(r"_*ag(?:_|$)", re.IGNORECASE)  # the grader's runtime: ag_, __ag_, AG_, namespace ag
 _CUDA_BUILTINS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "dim3", "uint3"})
 
@@ -138,6 +146,9 @@ _HOST_PATTERNS = {category: re.compile(pattern) for category, pattern in _HOST_N
 _STARTUP = re.compile(r"main|_init|_fini|__dso_handle|__libc_start_main|__gmon_start__|__cxa_\w+")
 
 _ASM = frozenset({"asm", "_asm", "__asm", "__asm__"})
+# Macros that tell the compilers (or the CPU backend's two builds) apart: code chosen by them is not the code
+# checked. Refused by name, so also where nvcc is not installed to be asked (_split_problems).
+_COMPILER_NAMES = re.compile(r"__NVCC__|__CUDACC_VER_\w+|__CUDACC_RTC__|__SANITIZE_\w+__|__clang\w*|__NVCOMPILER\w*")
 _PRAGMA_OPERATORS = frozenset({"_Pragma", "__pragma"})
 _PROBES = frozenset(
     {
@@ -176,6 +187,11 @@ _LITERAL_PREFIX = re.compile(r"u8|u|U|L")
 _HASH = frozenset({"#", "%:"})
 _PASTE = frozenset({"##", "%:%:"})
 _OPEN = {"(": ")", "[": "]", "<:": ":>", "{": "}", "<%": "%>"}
+_SQUARE = frozenset({"[", "<:"})
+# Attributes that place code or data (in an executable section, in .init_array, as another symbol), refused in
+# their scoped form (`gnu::section`, `using gnu: section`) however the brackets around them were spelled; as plain
+# names they are a kernel's own.
+_PLACING = frozenset({"section", "alias"})
 _INCLUDE_LINE = re.compile(r"[ \t\f\v]*<([A-Za-z0-9_./]+)>[ \t\f\v]*(?:/\*.*?\*/[ \t\f\v]*)*(?://.*)?")
 
 Problem = tuple[int, str]  # (line of the kernel source, message)
@@ -270,10 +286,16 @@ def source_problems(text: str, preprocess: Preprocess | None = None) -> list[Pro
         rows = _rows(tokens, len(spliced.text))
         groups = _groups(rows, spliced)
         found += _token_problems(rows, groups, spliced.text)
-        if preprocess is not None and any(problem.branch is not None for problem in found):
-            taken = _taken_branches(text, tokens, groups, preprocess)
-            if taken is not None:
+        # Which groups each compiler takes: asked only where that can change the verdict (a source refused
+        # outside every group is refused whatever they say).
+        if preprocess is not None and groups.chains and all(problem.branch is not None for problem in found):
+            each = _fired_by_each(text, tokens, groups, preprocess)
+            if each is not None:
+                taken = set().union(*each)
                 found = [problem for problem in found if problem.branch is None or problem.branch in taken]
+                found += _split_problems(text, groups, each)
+            elif any(token.text == "__LINE__" for row in rows if row.tokens[0].text in _HASH for token in row.tokens):
+                found.append(_Found(_marker_line(text, groups.markers[0][0]), _UNTOLD, None))
     unique = list(dict.fromkeys((problem.line, problem.text) for problem in found))
     return sorted(unique, key=lambda problem: problem[0])[:MAX_MESSAGES]
 
@@ -451,8 +473,8 @@ def _token_problems(rows: list[_Row], groups: _Groups, logical: str) -> list[_Fo
     return found
 
 
-def _taken_branches(text: str, tokens: list[_Token], groups: _Groups, preprocess: Preprocess) -> set[int] | None:
-    """The conditional groups the backend compiles under any of its flag sets; None where that cannot be told."""
+def _fired_by_each(text: str, tokens: list[_Token], groups: _Groups, preprocess: Preprocess) -> list[set[int]] | None:
+    """The conditional groups each compiler (and flag set) compiles; None where that cannot be told."""
     if not groups.closed or any(token.text == "__LINE__" for token in tokens):
         return None  # the preprocessor refuses an unclosed chain; a condition on __LINE__ sees the moved lines
     nonce = secrets.token_hex(16)
@@ -461,7 +483,7 @@ def _taken_branches(text: str, tokens: list[_Token], groups: _Groups, preprocess
     except (GraderError, OSError):
         return None
     marker = re.compile(rf": error: #error {nonce} (\d+)$")
-    taken: set[int] = set()
+    each: list[set[int]] = []
     for log in logs:
         fired: set[int] = set()
         for line in log.splitlines():
@@ -472,8 +494,29 @@ def _taken_branches(text: str, tokens: list[_Token], groups: _Groups, preprocess
                 return None  # an error of the source's own, or a fatal one after which no marker fires
         if not _fits(fired, groups.chains):
             return None
-        taken |= fired
-    return taken
+        each.append(fired)
+    return each
+
+
+_SPLIT = ("chooses different code for different compilers: nvcc builds what the GPU runs, g++ what the grader "
+          "checks for races and bounds, and both must see the same kernel; remove the condition")
+_UNTOLD = ("`__LINE__` in a directive of a cell with #if or #ifdef is refused: the grader cannot tell which code "
+           "each compiler compiles; remove one of them")
+
+
+def _split_problems(text: str, groups: _Groups, each: list[set[int]]) -> list[_Found]:
+    """A problem at the first conditional directive whose groups some compiler takes and another does not."""
+    differing = set().union(*each) - set.intersection(*each) if each else set()
+    chain = next((chain for chain in groups.chains if differing.intersection(chain.branches)), None)
+    if chain is None:
+        return []
+    offset = next(offset for offset, branch, _ in groups.markers if branch == chain.branches[0])
+    return [_Found(_marker_line(text, offset), f"this conditional directive {_SPLIT}", chain.parent)]
+
+
+def _marker_line(text: str, offset: int) -> int:
+    """The line of the directive a marker follows."""
+    return text.count("\n", 0, offset)
 
 
 def _marked(text: str, markers: list[tuple[int, int, bool]], nonce: str) -> str:
@@ -635,10 +678,17 @@ def _code_problems(row: list[_Token], in_define: bool) -> list[Problem]:
             problems.append((token.line, f"the character U+{ord(token.text):04X} outside comments and strings is "
                                          "refused: write code in plain ASCII (comments and strings may hold any "
                                          "text)"))
+        elif token.text in _SQUARE and after is not None and after.text in _SQUARE:
+            message = _standard_attribute_problem(row, index)
+            if message is not None:
+                problems.append((token.line, message))
         elif token.kind == "identifier":
             message = _identifier_problem(token.text, after)
             if message is None and token.text in _ATTRIBUTE_KEYWORDS:
                 message = _attribute_problem(row, index)
+            if message is None and index and row[index - 1].text in (":", "::") and token.text.strip("_") in _PLACING:
+                message = (f"`{_shown(token.text)}` is refused as an attribute (`gnu::{token.text.strip('_')}`): it "
+                           "puts code where the grader does not check it")
             if message is not None:
                 problems.append((token.line, message))
     return problems
@@ -662,6 +712,9 @@ def _identifier_problem(name: str, after: _Token | None) -> str | None:
                 "`#pragma unroll` is allowed")
     if name in _PROBES:
         return f"`{shown}` is refused: it reveals the grader's files or build paths; remove it"
+    if _COMPILER_NAMES.fullmatch(name):
+        return (f"`{shown}` is refused: it tells the compilers apart, and the grader checks with g++ the kernel "
+                "nvcc builds for the GPU: both must compile the same code")
     if name == "__declspec":
         return f"`{shown}` is refused: it is not CUDA; remove it"
     if name == "extern" and (after is None or after.text != "__shared__"):
@@ -697,14 +750,33 @@ def _attribute_problem(row: list[_Token], index: int) -> str | None:
     close = _group(window, 0)
     if close is None or window[0].text != "(" or window[1].text != "(" or _group(window, 1) != close - 1:
         return refused
-    for item in _split_commas(window[2 : close - 1]):
+    return None if _only_allowed(window[2 : close - 1], _ALLOWED_ATTRIBUTES, scoped=False) else refused
+
+
+def _standard_attribute_problem(row: list[_Token], index: int) -> str | None:
+    """Why the attribute specifier `[[...]]` opening at `row[index]` is refused: it must close on its line and
+    name only allowed attributes, each perhaps in a namespace (`gnu::unused`) and with arguments."""
+    refused = (f"`[[...]]` is refused unless it closes on its line and names only these attributes: "
+               f"{', '.join(sorted(_ALLOWED_STANDARD_ATTRIBUTES))}; remove it")
+    close = _group(row, index)
+    if close is None or _group(row, index + 1) != close - 1:
+        return refused
+    return None if _only_allowed(row[index + 2 : close - 1], _ALLOWED_STANDARD_ATTRIBUTES, scoped=True) else refused
+
+
+def _only_allowed(tokens: list[_Token], allowed: frozenset[str], scoped: bool) -> bool:
+    """Whether an attribute list names only `allowed` attributes (`scoped`: perhaps as `gnu::name`), each with at
+    most one bracketed group of arguments."""
+    for item in _split_commas(tokens):
+        if scoped and len(item) > 2 and item[0].kind == "identifier" and item[1].text == "::":
+            item = item[2:]
         if not item:
             continue
-        if item[0].kind != "identifier" or item[0].text.strip("_") not in _ALLOWED_ATTRIBUTES:
-            return refused
+        if item[0].kind != "identifier" or item[0].text.strip("_") not in allowed:
+            return False
         if len(item) > 1 and _group(item, 1) != len(item) - 1:
-            return refused
-    return None
+            return False
+    return True
 
 
 def _group(row: list[_Token], start: int) -> int | None:

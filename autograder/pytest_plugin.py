@@ -293,8 +293,9 @@ class Grading:
             from autograder.records import to_dict
             from autograder.schedule import Placement
 
-            submission = Submission(student, notebook, problem, shown=notebook.name)
-            _, result, failure = grade_submission(submission, notebook.parent, self.options, Placement(None))
+            # A problem says why the student's folder gave no notebook to grade (autograder.batch.discover).
+            submission = Submission(student, None if problem else notebook, problem, shown=notebook.name)
+            _, result, failure = grade_submission(submission, self.options, Placement(None))
             if result is None:
                 raise RuntimeError(f"the grader failed on {student}: {failure}")
             if self.out:

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 from rich.table import Table
 
 from autograder import technique
 from autograder.records import DeviceInfo, KernelMetrics, PerfVerdict, StageResult, Status, StudentResult
 from autograder.stages import REQUIRED_STAGE_IDS, get_stage
+from autograder.wire import printable
+
+
+def escape(text: str) -> str:
+    """A student's text (a name, a message quoting the kernel's output or source) as the terminal shows it:
+    neither markup nor control characters act."""
+    return escape_markup(printable(text))
+
 
 STATUS_STYLE = {
     Status.CORRECT: "green",
@@ -34,7 +42,8 @@ def verdict(stage: StageResult) -> str:
 
 
 def student_table(result: StudentResult) -> Table:
-    table = Table(title=f"{result.student}: {result.total:g} / {result.max_total:g} points", title_justify="left")
+    title = f"{escape(result.student)}: {result.total:g} / {result.max_total:g} points"
+    table = Table(title=title, title_justify="left")
     for column in ("stage", "verdict", "cases", "time", "speedup", "points"):
         table.add_column(column, overflow="fold")
     for stage in result.stages:
@@ -190,7 +199,7 @@ def print_student(result: StudentResult, console: Console | None = None, asked: 
         if details:
             console.print(f"[bold]{get_stage(stage.stage).title}[/]")
             for line in details:
-                console.print(f"  {line}", markup=False, highlight=False)
+                console.print(f"  {printable(line)}", markup=False, highlight=False)
     for problem in result.problems:
-        console.print(f"[yellow]problem:[/] {problem}")
+        console.print(f"[yellow]problem:[/] {escape(problem)}")
     console.print(f"seed {result.seed}; {backend_note(result.device, asked)}")

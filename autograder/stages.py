@@ -23,6 +23,9 @@ MAX2D_SIGNATURE = "(const float *g_in, float *g_out, unsigned int width, unsigne
 
 # Parameter types in Itanium-mangled form, so a kernel compiled without extern "C" can be found by name.
 _MANGLED_PARAMS = {Shape.SUM_1D: "PKfPfj", Shape.MAX_2D: "PKfPfjj"}
+# The same types as C++ writes them, for the compiler to check an extern "C" kernel's (Stage.parameter_check).
+_PARAMETER_TYPES = {Shape.SUM_1D: "const float *, float *, unsigned int",
+                    Shape.MAX_2D: "const float *, float *, unsigned int, unsigned int"}
 
 # The max2d step kernel runs one thread per output element, in blocks of this shape.
 MAX2D_BLOCK = (32, 8)
@@ -81,15 +84,23 @@ class Stage:
         `__restrict__` and top-level `const` change nothing), then the plain name of an `extern "C"` kernel."""
         return (self.mangled_name, self.kernel_name)
 
+    def parameter_check(self) -> str:
+        """Source that compiles only where the kernel has the contract's parameter types: an `extern "C"`
+        kernel's symbol holds no types, so the compiler is asked (autograder.build)."""
+        return f"\nstatic void (*const __ag_contract)({_PARAMETER_TYPES[self.shape]}) = {self.kernel_name};\n"
+
+    def wrong_parameters_message(self) -> str:
+        return (
+            f"a kernel named {self.kernel_name} is there, but not with the contract's parameters (or it is a "
+            f"template): it must be `{self.signature}`"
+        )
+
     def missing_kernel_message(self, defined: Collection[str]) -> str:
         """Why none of `symbols` is among the names a build `defined` (autograder.build.defined_symbols): the same
         words on every backend."""
         mangled = f"_Z{len(self.kernel_name)}{self.kernel_name}"
         if any(name.startswith(mangled) for name in defined):
-            return (
-                f"a kernel named {self.kernel_name} is there, but not with the contract's parameters (or it is a "
-                f"template): it must be `{self.signature}`"
-            )
+            return self.wrong_parameters_message()
         return f"no kernel named {self.kernel_name} with signature `{self.signature}` in the cell"
 
     def stub_source(self) -> str:

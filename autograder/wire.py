@@ -28,6 +28,12 @@ from autograder import records
 from autograder.errors import BackendUnavailable, CompileError, GraderError, KernelFault, KernelTimeout, NotebookError
 
 MAX_REPLY_BYTES = 64 << 20
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (escape sequences, carriage returns, bells, and the
+    other control and format characters) written as its escape: what a student's kernel printed, shown to a TA."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 ARRAY_DTYPES = ("float32", "float64")
 
 

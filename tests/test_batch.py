@@ -8,8 +8,10 @@ import pandas as pd
 import pytest
 from test_records import sample
 
-from autograder.batch import discover, find_submissions, grade_table, write_json
+from autograder.batch import discover, find_submissions, grade_class, grade_table, write_json
 from autograder.errors import GraderError
+from autograder.grade import GradeOptions
+from autograder.records import Status
 
 
 def notebook(path: Path) -> Path:
@@ -38,6 +40,20 @@ def test_several_notebooks_need_a_choice(tmp_path: Path) -> None:
     assert submission.notebook is None and "--assignment" in submission.problem
     (chosen,) = find_submissions(tmp_path, assignment="reduction")
     assert chosen.notebook.name == "a.ipynb"
+
+
+def test_a_folder_without_a_notebook_to_grade_says_why_in_every_stage(tmp_path: Path) -> None:
+    submissions = tmp_path / "submissions"
+    notebook(submissions / "eve" / "reduction" / "a.ipynb")
+    notebook(submissions / "eve" / "other" / "b.ipynb")
+    (submissions / "dee").mkdir(parents=True)
+    run = grade_class(submissions, tmp_path / "out", GradeOptions(backend="cpu", quick=True))
+    assert not run.failures
+    for result in run.results:
+        why = result.problems[0]
+        assert ("--assignment" if result.student == "eve" else "no notebook in dee/") in why
+        assert {stage.status for stage in result.stages} == {Status.INVALID_CELL}
+        assert {stage.message for stage in result.stages} == {f"{result.student}: {why}"}
 
 
 def test_one_student_with_two_hand_ins_is_graded_once_and_the_other_listed(tmp_path: Path) -> None:

@@ -20,9 +20,12 @@ from autograder.backends.base import Backend, Kernel
 from autograder.backends.cpu import CpuBackend
 from autograder.backends.cpu.compiler import CHECK_FLAGS, COMMON_FLAGS, RUNTIME_DIR
 from autograder.backends.cpu.rewrite import rewrite_shared
+from autograder.build import Builder
 from autograder.errors import BackendUnavailable, CompileError, KernelFault, KernelTimeout
+from autograder.isolation import Worker
 from autograder.launch import Plan
-from autograder.records import Build, Finding, KernelSource, SourceLocation
+from autograder.records import Build, DeviceInfo, Finding, KernelSource, SourceLocation
+from autograder.sandbox import Sandbox
 from autograder.stages import Shape, get_stage
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU backend needs g++")
@@ -410,9 +413,6 @@ def _launch_in_worker(backend: Backend, build: Build, blocks: int) -> float:
 
 
 def test_a_spin_wait_on_another_block_times_out_and_a_crash_is_a_fault(cache_dir: Path) -> None:
-    from autograder.build import Builder
-    from autograder.isolation import Worker
-
     with Worker("cpu", {"cache_dir": str(cache_dir)}, readable=(Path(__file__).parent,)) as worker:
         builder = Builder(worker.device, worker.sandbox, {"cache_dir": str(cache_dir)})
 
@@ -438,6 +438,7 @@ CONSTRUCTS = (
     ("toolkit_warp_intrinsics", "shuffle"),  # warpSize, __activemask, __reduce_add_sync, atomicMax on int, ...
     ("samples_style", "open"),  # the CUDA samples' SharedMemory<T>, template<class T, blockSize, nIsPow2>, cg
     ("half_precision_headers", "shuffle"),  # cuda_fp16.h and cuda_bf16.h: rounding as on a GPU
+    ("unusual_spellings", "sequential"),  # <% %>, [[maybe_unused]] on extern __shared__, 1'024
 )
 
 
@@ -590,12 +591,13 @@ def test_a_plain_access_racing_with_atomics_of_other_threads_is_found(
     assert f"at line {cell_line(name, earlier)}" in race.message and "atomically updates" in race.message
 
 
-# -- the contract's exact signature: the CPU finds the kernel by the symbols a GPU finds it by -----------------
+# -- the contract's exact signature: both backends accept exactly the same kernels -------------------------------
 
 SEQUENTIAL_SIGNATURE = "__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n)"
-# (what replaces the reference's signature, whether a GPU finds the kernel). A GPU looks the kernel up by its
+# (what replaces the reference's signature, whether it is the contract's). A backend looks the kernel up by its
 # C++ symbol, which encodes the parameter types (Stage.mangled_name), then by the plain name of an extern "C"
-# kernel; top-level qualifiers (__restrict__, const on the parameter itself) are not part of the symbol.
+# kernel, whose types the compiler checks (autograder.build); top-level qualifiers (__restrict__, const on the
+# parameter itself) are not part of the type.
 SIGNATURES = (
     ("__global__ void reduce_sequential(const float *g_in, float *g_out, int n)", False),
     ("__global__ void reduce_sequential(const float *g_in, float *g_out, size_t n)", False),
@@ -605,6 +607,14 @@ SIGNATURES = (
     ("__global__ void reduce_sequential(const float *__restrict__ g_in, float *__restrict__ g_out, "
      "const unsigned int n)", True),
     ('extern "C" __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n)', True),
+    ('extern "C" __global__ void reduce_sequential(const float *__restrict__ g_in, float *__restrict__ g_out, '
+     "const unsigned int n)", True),
+    # C linkage: a symbol with no types, launched with the contract's, would read these differently on each backend.
+    ('extern "C" __global__ void reduce_sequential(const float *g_in, float *g_out, int n)', False),
+    ('extern "C" __global__ void reduce_sequential(const float *g_in, float *g_out, size_t n)', False),
+    ('extern "C" __global__ void reduce_sequential(const double *g_in, float *g_out, unsigned int n)', False),
+    ("typedef unsigned long long count_t;\n"
+     'extern "C" __global__ void reduce_sequential(const float *g_in, float *g_out, count_t n)', False),
 )
 
 
@@ -617,25 +627,44 @@ def _with_signature(signature: str) -> str:
     return text
 
 
+def _builds(device: DeviceInfo, sandbox: Sandbox, options: dict, signature: str) -> bool:
+    """Whether the grader's build (autograder.build.Builder) accepts the kernel; a refusal names the contract, on
+    the kernel's line."""
+    stage = get_stage("sequential")
+    source = KernelSource(_with_signature(signature), LOCATION)
+    try:
+        Builder(device, sandbox, options).build(stage, source)
+    except CompileError as error:
+        assert str(error) == stage.wrong_parameters_message()
+        line = next(number for number, text in enumerate(source.text.splitlines(), 1) if "reduce_sequential(" in text)
+        assert [message.line for message in error.messages] == [source.cell_line(line)]
+        return False
+    return True
+
+
 @pytest.mark.parametrize("signature, accepted", SIGNATURES)
 def test_only_the_contracts_exact_parameter_types_are_accepted(
-    cpu: CpuBackend, signature: str, accepted: bool
+    cpu: CpuBackend, cache_dir: Path, signature: str, accepted: bool
 ) -> None:
-    stage = get_stage("sequential")
+    with Worker("cpu", {"cache_dir": str(cache_dir)}) as worker:
+        assert _builds(worker.device, worker.sandbox, {"cache_dir": str(cache_dir)}, signature) == accepted
     if accepted:
-        kernel = cpu.compile(KernelSource(_with_signature(signature), LOCATION), stage)
+        kernel = cpu.compile(KernelSource(_with_signature(signature), LOCATION), get_stage("sequential"))
         assert reduce(cpu, kernel, np.ones(1000, np.float32), (1000,)) == 1000
-        return
-    with pytest.raises(CompileError) as error:
-        cpu.compile(KernelSource(_with_signature(signature), LOCATION), stage)
-    assert str(error.value) == stage.missing_kernel_message({"_Z17reduce_sequentialPKfPfi"})
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (it compiles without a GPU)")
 @pytest.mark.parametrize("signature, accepted", SIGNATURES)
-def test_a_gpu_finds_exactly_the_kernels_the_cpu_accepts(tmp_path: Path, signature: str, accepted: bool) -> None:
-    """What SIGNATURES says of a GPU, checked on the cubin nvcc builds: a symbol the GPU backend looks up."""
-    (tmp_path / "kernel.cu").write_text(_with_signature(signature))
-    subprocess.run(["nvcc", "--cubin", "-arch=sm_90", "-o", "kernel.cubin", "kernel.cu"], cwd=tmp_path, check=True)
-    cubin = (tmp_path / "kernel.cubin").read_bytes()
-    assert any(b"\0" + symbol.encode() + b"\0" in cubin for symbol in get_stage("sequential").symbols) == accepted
+def test_nvcc_builds_accept_exactly_the_kernels_the_cpu_accepts(signature: str, accepted: bool) -> None:
+    device = DeviceInfo("gpu", "nvcc", compute_capability="9.0")
+    assert _builds(device, Sandbox(), {}, signature) == accepted
+
+
+def test_a_wrong_kernel_is_named_on_its_line_as_the_compiler_counts_lines(cache_dir: Path) -> None:
+    """Characters Python takes for line ends (U+2028, U+2029, U+0085) in a comment are no line end to a compiler."""
+    source = KernelSource("// notes\u2028with\u2029odd\u0085breaks\n" + _with_signature(SEQUENTIAL_SIGNATURE).replace(
+        "reduce_sequential(", "reduce_sequentail(", 1), LOCATION)
+    line = source.text.split("\n").index(next(text for text in source.text.split("\n") if "reduce_sequentail(" in text))
+    with Worker("cpu", {"cache_dir": str(cache_dir)}) as worker, pytest.raises(CompileError) as error:
+        Builder(worker.device, worker.sandbox, {"cache_dir": str(cache_dir)}).build(get_stage("sequential"), source)
+    assert [message.line for message in error.value.messages] == [source.cell_line(line + 1)]

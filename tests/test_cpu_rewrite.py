@@ -67,6 +67,18 @@ def test_device_variables_are_told_from_device_functions() -> None:
     assert declares_device_variables("__constant__ float weights[16];")
     assert not declares_device_variables("__device__ float twice(float x) { return 2 * x; }")
     assert not declares_device_variables("__global__ void k() { __device__ int x; }\n// __device__ int y;")
+    # In namespaces (anonymous or nested) a variable is still one per build; in a struct it is a member function.
+    assert declares_device_variables("namespace { __device__ unsigned int ticket; }")
+    assert declares_device_variables("namespace a { namespace b <% __device__ int x = 0; %> }")
+    assert not declares_device_variables("struct S { __device__ int f(); };")
+    # A digit separator is no character literal that would hide the rest of the line.
+    assert declares_device_variables("const int k = 1'0; __device__ unsigned int t;")
+
+
+def test_digit_separators_are_numbers_and_character_literals_are_blanked() -> None:
+    assert blank_comments_and_strings("int a = 1'024; char c = 'x'; float f = .5'0f; u8'a'; 0x1'F;") == (
+        "int a = 1'024; char c =    ; float f = .5'0f; u8   ; 0x1'F;"
+    )
 
 
 def test_a_source_is_preprocessed_only_when_a_macro_declares_shared_memory() -> None:

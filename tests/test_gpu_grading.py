@@ -14,7 +14,7 @@ from autograder.cli import cli
 from autograder.grade import GradeOptions, grade_stages
 from autograder.isolation import Worker
 from autograder.launch import Plan
-from autograder.records import PerfVerdict, Status
+from autograder.records import KernelSource, PerfVerdict, Status
 from autograder.references import reference_source
 from autograder.rubric import load_rubric
 from autograder.sandbox import Sandbox
@@ -80,3 +80,37 @@ def test_a_stage_wrong_only_when_timed_loses_alone_and_the_others_are_still_time
         assert results[stage].performance.verdict is not PerfVerdict.NOT_MEASURED, results[stage].performance.reason
     assert results["sequential"].performance.baseline == "your anti_divergence"
     assert results["unrolled_warp"].performance.baseline == "reference first_add"
+
+
+def _rewritten(stage_id: str, old: str, new: str) -> str:
+    text = reference_source(stage_id).text
+    assert old in text, f"{old!r} is not in the {stage_id} reference"
+    return text.replace(old, new, 1)
+
+
+# Correct CUDA that nvcc compiles: spellings the CPU backend's rewriting of shared memory once found hard, and an
+# intrinsic its prelude does not have (a compile error there).
+UNUSUAL_SPELLINGS = {
+    "attribute_on_shared": ("sequential", "extern __shared__ float sdata[];",
+                            "[[maybe_unused]] extern __shared__ float sdata[];"),
+    "digraph_brace": ("sequential", "unsigned int n)\n{", "unsigned int n)\n<%"),
+    "funnel_shift": ("naive", "    __syncthreads();\n",
+                     "    __syncthreads();\n    (void)__funnelshift_l(1u, 2u, 3u);\n"),
+}
+
+
+@pytest.mark.parametrize("name", UNUSUAL_SPELLINGS)
+def test_a_kernel_gets_the_cpu_backend_s_verdict_on_the_gpu_whatever_it_compiles(name: str) -> None:
+    """The GPU path's race analysis builds every kernel with the CPU backend: a kernel that build refuses is
+    that compile error on the GPU too, never a GPU verdict without the analysis (which a student could choose)."""
+    stage_id, old, new = UNUSUAL_SPELLINGS[name]
+    text = _rewritten(stage_id, old, new)
+    if name == "digraph_brace":
+        text = text.rstrip().removesuffix("}") + "%>\n"
+    options = GradeOptions(quick=True, measure_speed=False)
+    statuses = {}
+    for backend in ("cpu", "gpu"):
+        (result,) = grade_stages({stage_id: KernelSource(text)}, only=[stage_id],
+                                 options=replace(options, backend=backend))
+        statuses[backend] = (result.status, result.message if result.status is Status.COMPILE_ERROR else "")
+    assert statuses["gpu"] == statuses["cpu"]

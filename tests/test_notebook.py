@@ -77,3 +77,10 @@ def test_a_damaged_notebook_is_a_clear_error(tmp_path: Path) -> None:
     path.write_text('{"cells": [')
     with pytest.raises(NotebookError, match="not a readable notebook"):
         stage_cells(path)
+
+
+def test_a_notebook_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "bom.ipynb"
+    notebook = nbformat.v4.new_notebook(cells=[kernel_cell("naive", "x")])
+    path.write_bytes(b"\xef\xbb\xbf" + nbformat.writes(notebook).encode())
+    assert stage_cells(path)["naive"].attempted

@@ -195,7 +195,7 @@ def _never(text: str) -> list[str]:
     ],
     ids=["clean", "comments-and-strings", "refused-outside-groups", "no-problem-in-groups", "unclosed", "__LINE__"],
 )
-def test_the_preprocessor_runs_only_for_problems_inside_groups_it_can_decide(text: str) -> None:
+def test_the_preprocessor_runs_only_where_groups_can_change_the_verdict(text: str) -> None:
     source_problems(text, _never)
 
 
@@ -257,3 +257,36 @@ def test_the_reported_hand_in_passes_through_the_builder(cache_dir: Path) -> Non
     text = with_notes("#if 0\nthis isn't compiled: ... { \"\n#endif\n")
     assert refused_lines(text, None) == [4]
     Builder(device, sandbox, {"cache_dir": str(cache_dir)}).build(SEQUENTIAL, KernelSource(text))
+
+
+# Sources whose compilers take different groups, each group clean on its own: the GPU would run one kernel and the
+# race analysis (g++) check another. (line of the directive that splits them)
+SPLITS = {
+    "by-name": (with_notes("#ifdef __NVCC__\n#define STEP 1\n#else\n#define STEP 2\n#endif\n"), 3),
+    "by-architecture": (with_notes("#if __CUDA_ARCH__ >= 900\n#define STEP 1\n#else\n#define STEP 2\n#endif\n"), 3),
+    "through-a-macro": (with_notes("#define NEW_GPU (__CUDA_ARCH__ > 850)\n#if NEW_GPU\n#define STEP 1\n#endif\n"), 4),
+    "instrumented-build": (with_notes("", "#if defined(__SANITIZE_THREAD__)\n    __syncthreads();\n#endif\n"), None),
+    "line-and-condition": (with_notes("#if __LINE__ > 1 && __CUDA_ARCH__ == 800\n#define STEP 1\n#endif\n"), 3),
+}
+
+
+@pytest.mark.parametrize("name", SPLITS)
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_code_that_each_compiler_compiles_differently_is_refused(name: str, backend: str) -> None:
+    if find_nvcc() is None:
+        pytest.skip("nvcc is not installed: what it compiles cannot be compared")
+    text, line = SPLITS[name]
+    refused = refused_lines(text, backend)
+    assert refused and (line is None or line in refused), refused
+
+
+def test_compiler_names_are_refused_even_where_no_compiler_is_asked() -> None:
+    assert refused_lines(SPLITS["by-name"][0], None) == [3]
+    assert refused_lines(with_notes("#ifdef __SANITIZE_THREAD__\n#endif\n"), None) == [3]
+
+
+def test_conditions_every_compiler_takes_alike_pass() -> None:
+    text = with_notes("#ifndef STEP\n#define STEP 2\n#endif\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700\n"
+                      "#define FULL_MASK 0xffffffffu\n#endif\n")
+    for backend in ("cpu", "gpu"):
+        assert refused_lines(text, backend) == [], backend

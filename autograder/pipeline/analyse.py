@@ -1,14 +1,14 @@
 """Phase 3: what a run's output cannot show. On the GPU, each kernel also runs on the CPU backend over a few
 small inputs (verify.analysis_cases), whose instrumented build reports races, out-of-bounds accesses and
-deadlocks and measures bank conflicts and divergence; then, on every backend, the stage's technique is measured
-(autograder.technique)."""
+deadlocks and measures bank conflicts and divergence; a kernel that build cannot compile is the stage's compile
+error, as on the CPU backend. Then, on every backend, the stage's technique is measured (autograder.technique)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from autograder import technique
-from autograder.errors import GraderError, KernelFault
+from autograder.errors import CompileError, GraderError, KernelFault
 from autograder.pipeline.check import METRICS_SECONDS
 from autograder.pipeline.run import StudentRun
 from autograder.pipeline.work import joined
@@ -41,8 +41,12 @@ def _on_cpu(run: StudentRun, stage: Stage, source: KernelSource, result: StageRe
         metrics = checker.call(kernel_metrics, build, timeout=METRICS_SECONDS)
     except KernelFault as error:
         seen.append(error.findings)
+    except CompileError:
+        # A kernel the CPU backend cannot compile gets that compile error there: the same verdict here, or the
+        # analysis could be switched off at will (one hand-in, one verdict: README, "the CPU backend").
+        raise
     except GraderError as error:
-        # No CPU backend here, a compile difference or a hang there: the GPU verdict stands alone, and says so.
+        # No CPU backend here, or a hang there: the GPU verdict stands alone, and says so.
         why = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
         message = f"{message} (the CPU race analysis did not run: {why})"
     findings = joined(result.findings, *seen)

@@ -58,6 +58,7 @@ def hostile_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_notebook(submissions / "a_b.ipynb")
     write_notebook(submissions / "王伟.ipynb")
     write_notebook(submissions / "Łukasz.ipynb")
+    write_notebook(submissions / "grader-failures.ipynb")  # the name of the grader's own file
     # A lone surrogate in the kernel cell, then a student graded after it.
     sybil = nbformat.v4.new_notebook(cells=[naive_cell()])
     sybil.cells[0].source = sybil.cells[0].source.replace("extern", "\ud800extern")
@@ -114,11 +115,12 @@ def test_no_secret_from_outside_the_tree_reaches_any_output(graded) -> None:
 def test_names_that_sanitise_alike_or_are_not_latin_keep_their_own_results(graded) -> None:
     _, out = graded
     results = results_of(out)
-    for student in ("a b", "a_b", "王伟", "Łukasz"):
+    for student in ("a b", "a_b", "王伟", "Łukasz", "grader-failures"):
         assert student in results
         assert (out / f"{file_stem(student)}.json").exists()
-    stems = {file_stem(student) for student in ("a b", "a_b", "王伟", "Łukasz")}
-    assert len(stems) == 4 and "student" not in stems and "a_b" in stems
+    stems = {file_stem(student) for student in ("a b", "a_b", "王伟", "Łukasz", "grader-failures")}
+    assert len(stems) == 5 and "student" not in stems and "a_b" in stems
+    assert not (out / "grader-failures.json").exists()  # no grader failure, and no student's file says one
 
 
 def test_a_lone_surrogate_is_that_student_s_verdict_and_grading_goes_on(graded) -> None:
@@ -160,8 +162,12 @@ NOTEBOOK = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}}
         (json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {"name": SECRET}, "worksheets": []}).encode(),
          "not a notebook of format 4"),
         (b" " * (MAX_NOTEBOOK_BYTES + 1), "larger than 32 MiB"),
+        (json.dumps([SECRET, NOTEBOOK]).encode(), "its JSON is not an object"),
+        (b"20261124", "its JSON is not an object"),
+        (json.dumps({**NOTEBOOK, "cells": [7, SECRET]}).encode(), "open it in Jupyter and save it again"),
     ],
-    ids=["passwd", "binary", "deep-nesting", "cells-not-a-list", "metadata-not-a-dict", "format-3", "huge"],
+    ids=["passwd", "binary", "deep-nesting", "cells-not-a-list", "metadata-not-a-dict", "format-3", "huge",
+         "a-list", "a-number", "cells-not-objects"],
 )
 def test_an_unreadable_notebook_is_its_student_s_verdict_and_quotes_nothing(
     tmp_path: Path, content: bytes, reason: str
@@ -171,6 +177,7 @@ def test_an_unreadable_notebook_is_its_student_s_verdict_and_quotes_nothing(
     result = grade_notebook(path, "oscar", GradeOptions(backend="cpu"))
     assert {stage.status for stage in result.stages} == {Status.INVALID_CELL}
     assert reason in result.problems[0]
+    assert "Error" not in result.problems[0]  # words a student can act on, not the grader's exception
     assert SECRET not in json.dumps(to_dict(result))
 
 
@@ -196,3 +203,41 @@ def test_cells_of_odd_shapes_are_that_stage_s_problem(tmp_path: Path) -> None:
     assert "not a code cell" in found["first_add"].problem
     assert not found["unrolled_warp"].attempted
     assert "lone surrogate" in found["shuffle"].problem
+
+
+PRINTS = """
+__global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0) printf("PRINTED-BY-%s\\n", "NAIVE");
+    if (threadIdx.x == 0) g_out[blockIdx.x] = 0.0f;
+}
+"""
+# Crashes its worker after printing what a terminal would act on, a title, a colour, a line rewritten, often
+# enough to pass any output buffer.
+CRASHES = """
+__global__ void reduce_anti_divergence(const float *g_in, float *g_out, unsigned int n)
+{
+    for (int i = 0; i < 400 && threadIdx.x == 0 && blockIdx.x == 0; i++)
+        printf("%c]0;OWNED%c%c[31mFAKE: all correct%c\\n", 27, 7, 27, 13);
+    __trap();
+}
+"""
+
+
+def test_a_crash_message_quotes_only_its_own_kernel_s_output_and_no_terminal_codes(tmp_path: Path) -> None:
+    """What a kernel printed reaches a crash message only for its own call: never another stage's output, nor,
+    through the class memo, another student's; and a terminal shows it without acting on it."""
+    submissions = tmp_path / "submissions"
+    write_notebook(submissions / "a_printer.ipynb", naive_cell(PRINTS), kernel_cell("anti_divergence", CRASHES))
+    write_notebook(submissions / "b_same_crash.ipynb", kernel_cell("anti_divergence", CRASHES))
+    outcome = CliRunner().invoke(cli, ["grade", str(submissions), "--out", str(tmp_path / "out"), "--backend", "cpu",
+                                       "--quick"])
+    assert outcome.exit_code == 0, outcome.output
+    for student in ("a_printer", "b_same_crash"):
+        result = json.loads((tmp_path / "out" / f"{student}.json").read_text())
+        crash = next(stage for stage in result["stages"] if stage["stage"] == "anti_divergence")
+        assert crash["status"] == "crashed"
+        assert "PRINTED-BY-NAIVE" not in crash["message"]
+        assert "FAKE: all correct" in crash["message"] and "\x1b" not in crash["message"]
+    one = CliRunner().invoke(cli, ["check", str(submissions / "a_printer.ipynb"), "--backend", "cpu", "--quick"])
+    assert "FAKE: all correct" in one.output and not any(code in one.output for code in "\x1b\x07\r")

@@ -359,7 +359,7 @@ class CpuBackend(Backend):
             totals = per_line.setdefault(lines[pc], [0, 0])
             totals[0] += requests
             totals[1] += transactions
-        text = compiled.source.text.splitlines()
+        text = compiled.source.text.split("\n")  # lines as the compiler counts them (not at U+2028, say)
         line_metrics = tuple(
             LineMetric(
                 line=compiled.source.cell_line(line),

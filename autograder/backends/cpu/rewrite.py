@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_ATTRIBUTES = re.compile(r"\[\[.*?\]\]", re.DOTALL)  # attribute specifiers, [[...]]
 # Specifiers that mean nothing on the CPU or that the rewrite supplies itself.
 _DROPPED = re.compile(
     r"\b(?:__shared__|extern|static)\b"
@@ -45,6 +46,10 @@ def blank_comments_and_strings(source: str) -> str:
         elif source.startswith("/*", i):
             j = source.find("*/", i + 2)
             j = n if j < 0 else j + 2
+        elif source[i] == "'" and _in_number(source, i):
+            out.append(source[i])  # a digit separator, as in 1'024
+            i += 1
+            continue
         elif source[i] in "\"'":
             quote, j = source[i], i + 1
             while j < n and source[j] != quote and source[j] != "\n":
@@ -57,6 +62,16 @@ def blank_comments_and_strings(source: str) -> str:
         out.append("".join(c if c == "\n" else " " for c in source[i:j]))
         i = j
     return "".join(out)
+
+
+def _in_number(source: str, index: int) -> bool:
+    """Whether the apostrophe at `index` lies inside a number (a preprocessing number starts with a digit, or a
+    dot and a digit), where C++14 reads it as a digit separator."""
+    start = index
+    while start > 0 and (source[start - 1].isalnum() or source[start - 1] in "_.'"):
+        start -= 1
+    first = source[start : start + 2]
+    return start < index and (first[:1].isdigit() or (first[:1] == "." and first[1:].isdigit()))
 
 
 def rewrite_shared(source: str) -> Rewritten:
@@ -114,7 +129,7 @@ def _runs_by_file(preprocessed: str, file_name: str) -> list[tuple[bool, str]]:
     """The output split into runs of lines, each marked whether it comes from `file_name`."""
     runs: list[tuple[bool, list[str]]] = []
     current = False
-    for line in preprocessed.splitlines(keepends=True):
+    for line in filter(None, re.split(r"(?<=\n)", preprocessed)):  # lines as a compiler counts them: at \n only
         marker = _MARKER.match(line)
         if marker:
             current = marker[1] == file_name
@@ -145,7 +160,7 @@ def _in_directive(code: str, index: int) -> bool:
 def _declaration_start(code: str, index: int) -> int:
     """Where the declaration holding `index` begins: after the previous `;`, `{`, `}` or directive line."""
     i = index
-    while i > 0 and code[i - 1] not in ";{}":
+    while i > 0 and code[i - 1] not in ";{}" and code[i - 2 : i] not in ("<%", "%>"):
         if code[i - 1] == "\n":
             line_start = code.rfind("\n", 0, i - 1) + 1
             if code[line_start : i - 1].lstrip().startswith("#"):
@@ -173,6 +188,7 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def _rewrite_declaration(declaration: str, dynamic: list[str]) -> str | None:
+    declaration = _ATTRIBUTES.sub(" ", declaration)  # [[maybe_unused]] and the like say nothing of the storage
     is_extern = re.search(r"\bextern\b", declaration) is not None
     body = " ".join(_DROPPED.sub(" ", declaration).split())
     declarators = _split_top_level(body)
@@ -222,10 +238,23 @@ def declares_device_variables(source: str) -> bool:
     """
     code = blank_comments_and_strings(source)
     for match in re.finditer(r"\b(?:__device__|__constant__|__managed__)\b", code):
-        if _in_directive(code, match.start()) or code[: match.start()].count("{") != code[: match.start()].count("}"):
+        if _in_directive(code, match.start()) or not _at_namespace_scope(code, match.start()):
             continue
         end = min((i for i in (code.find(";", match.end()), code.find("{", match.end())) if i >= 0), default=-1)
         declaration = code[match.end() : end]
         if end >= 0 and "(" not in declaration.split("=")[0]:
             return True
     return False
+
+
+def _at_namespace_scope(code: str, index: int) -> bool:
+    """Whether `index` lies outside every brace but a namespace's (named or anonymous) or a linkage block's."""
+    scopes: list[bool] = []  # for each open brace: whether it opens a namespace
+    for brace in re.finditer(r"[{}]|<%|%>", code[:index]):
+        if brace.group() in ("{", "<%"):
+            before = code[: brace.start()].rstrip()
+            # (strings are blanked: `extern "C" {` reads `extern     {`)
+            scopes.append(re.search(r"\bnamespace(?:\s+[A-Za-z_][\w:]*)?$|\bextern$", before) is not None)
+        elif scopes:
+            scopes.pop()
+    return all(scopes)

@@ -53,8 +53,8 @@ extern const dim3 blockDim;
 extern const dim3 gridDim;
 extern unsigned char *const __ag_dynamic_shared;
 
-void __ag_syncthreads(int line);
-int __ag_syncthreads_op(int line, int op, int predicate);
+void __ag_syncthreads(int line, int site = 0);
+int __ag_syncthreads_op(int line, int op, int predicate, int site = 0);
 unsigned long long __ag_warp(int line, int op, unsigned int mask, unsigned long long value, int arg, int width);
 unsigned int __ag_activemask(void);
 unsigned long long __ag_atomic(void *address, int size, int op, int type, unsigned long long value,
@@ -65,10 +65,11 @@ void __ag_threadfence(void);
 
 static constexpr int warpSize = 32;
 
-#define __syncthreads() __ag_syncthreads(__LINE__)
-#define __syncthreads_count(p) __ag_syncthreads_op(__LINE__, 0, (p))
-#define __syncthreads_and(p) __ag_syncthreads_op(__LINE__, 1, (p))
-#define __syncthreads_or(p) __ag_syncthreads_op(__LINE__, 2, (p))
+// Each __syncthreads() in the source is a barrier of its own (__COUNTER__), also two on one line.
+#define __syncthreads() __ag_syncthreads(__LINE__, __COUNTER__ + 1)
+#define __syncthreads_count(p) __ag_syncthreads_op(__LINE__, 0, (p), __COUNTER__ + 1)
+#define __syncthreads_and(p) __ag_syncthreads_op(__LINE__, 1, (p), __COUNTER__ + 1)
+#define __syncthreads_or(p) __ag_syncthreads_op(__LINE__, 2, (p), __COUNTER__ + 1)
 #define __threadfence() __ag_threadfence()
 #define __threadfence_block() __ag_threadfence()
 #define __threadfence_system() __ag_threadfence()

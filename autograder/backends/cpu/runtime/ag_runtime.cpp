@@ -134,6 +134,8 @@ struct StaticLayout {
 struct Thread {
     Wait wait;
     int line;  // where it waits
+    long long site;  // which __syncthreads() it waits at: its line and its place among the source's barriers
+                     // (two on one line are two barriers)
     int op;
     ag_uint3 idx;
     unsigned int tid, lane, warp;
@@ -709,14 +711,32 @@ bool complete_collective(unsigned int warp) {
         least = std::min(least, v & 0xffffffffu);
         most = std::max(most, v & 0xffffffffu);
     }
-    // Every participant's clock ticks, then all of them learn all the participants' clocks: that is the
-    // happens-before edge the race checker sees for __syncwarp() and shuffles.
-    std::uint32_t joined[32] = {};
+    // Every participant's clock ticks, then each learns the clocks of the lanes its own mask names that took
+    // part: that is the happens-before edge the race checker sees for __syncwarp() and shuffles. A lane whose
+    // mask names only itself learns nothing (`__syncwarp(1u << lane)` orders nothing), and a lane its own mask
+    // leaves out calls the collective with undefined results.
     for (unsigned int lane = 0; lane < 32; ++lane) {
         if (!(arrived >> lane & 1u)) continue;
         Thread &t = g.threads[warp * 32 + lane];
         t.clock[lane]++;
-        for (int k = 0; k < 32; ++k) joined[k] = std::max(joined[k], t.clock[k]);
+        if (!(t.mask >> lane & 1u)) {
+            char message[400];
+            std::snprintf(message, sizeof message,
+                          "lane %u calls %s on {line:%d} with the mask 0x%08x, which leaves it out: a lane must "
+                          "name itself in its mask, and CUDA leaves the result undefined",
+                          lane, collective_name(t.op), t.line, t.mask);
+            report(INACTIVE_LANE, t.line, 0, describe_thread(t), message);
+        }
+    }
+    std::uint32_t joined[32][32] = {};
+    for (unsigned int lane = 0; lane < 32; ++lane) {
+        if (!(arrived >> lane & 1u)) continue;
+        const unsigned int group = arrived & (g.threads[warp * 32 + lane].mask | 1u << lane);
+        for (unsigned int other = 0; other < 32; ++other) {
+            if (!(group >> other & 1u)) continue;
+            const Thread &o = g.threads[warp * 32 + other];
+            for (int k = 0; k < 32; ++k) joined[lane][k] = std::max(joined[lane][k], o.clock[k]);
+        }
     }
     for (unsigned int lane = 0; lane < 32; ++lane) {
         if (!(arrived >> lane & 1u)) continue;
@@ -738,7 +758,7 @@ bool complete_collective(unsigned int warp) {
     for (unsigned int lane = 0; lane < 32; ++lane) {
         if (!(arrived >> lane & 1u)) continue;
         Thread &t = g.threads[warp * 32 + lane];
-        std::memcpy(t.clock, joined, sizeof joined);
+        std::memcpy(t.clock, joined[lane], sizeof joined[lane]);
         t.wait = RUNNABLE;
     }
     return true;
@@ -750,22 +770,29 @@ bool complete_collective(unsigned int warp) {
 // that the block does not run alike undefined: it may hang or misbehave on another GPU or compiler. Only a
 // block's first such barrier is reported: after it, the threads' barriers no longer pair up.
 void check_barrier_divergence(unsigned int exited) {
-    std::map<int, unsigned int> at_line;  // line -> threads waiting there
-    for (unsigned int i = 0; i < g.nthreads; ++i)
-        if (g.threads[i].wait == AT_BARRIER) at_line[g.threads[i].line]++;
+    std::map<long long, std::pair<int, unsigned int>> at_site;  // barrier -> (its line, threads waiting there)
+    for (unsigned int i = 0; i < g.nthreads; ++i) {
+        const Thread &t = g.threads[i];
+        if (t.wait == AT_BARRIER) {
+            at_site[t.site].first = t.line;
+            at_site[t.site].second++;
+        }
+    }
     const unsigned int skipped = exited - g.exited_at_release;
-    if (g.block_diverged || (!skipped && at_line.size() == 1)) return;
+    if (g.block_diverged || (!skipped && at_site.size() == 1)) return;
     g.block_diverged = true;
-    for (const auto &[line, arrived] : at_line) {
+    for (const auto &[site, here] : at_site) {
+        const auto [line, arrived] = here;
         std::string others;
         char part[96];
         if (skipped) {
             std::snprintf(part, sizeof part, "; %u exited without reaching it", skipped);
             others += part;
         }
-        for (const auto &[other, count] : at_line) {
-            if (other == line) continue;
-            std::snprintf(part, sizeof part, "; %u waited at the __syncthreads() on {line:%d} instead", count, other);
+        for (const auto &[other, there] : at_site) {
+            if (other == site) continue;
+            std::snprintf(part, sizeof part, "; %u waited at %s__syncthreads() on {line:%d} instead", there.second,
+                          there.first == line ? "another " : "the ", there.first);
             others += part;
         }
         char message[512];
@@ -775,7 +802,7 @@ void check_barrier_divergence(unsigned int exited) {
                       "go wrong on another GPU or compiler): put it where every thread of the block passes",
                       line, arrived, g.nthreads - g.exited_at_release, blockIdx.x, blockIdx.y, others.c_str());
         for (unsigned int i = 0; i < g.nthreads; ++i) {
-            if (g.threads[i].wait == AT_BARRIER && g.threads[i].line == line) {
+            if (g.threads[i].wait == AT_BARRIER && g.threads[i].site == site) {
                 report(BARRIER_DIVERGENCE, line, 0, describe_thread(g.threads[i]), message);
                 break;
             }
@@ -905,19 +932,21 @@ using namespace ag;
 #pragma GCC visibility push(default)
 extern "C" {
 
-void __ag_syncthreads(int line) {
+void __ag_syncthreads(int line, int site) {
     Thread &t = me();
     t.wait = AT_BARRIER;
     t.line = line;
+    t.site = static_cast<long long>(line) << 32 | static_cast<unsigned int>(site);
     t.op = 0;
     t.value = 0;
     Fiber::suspend();
 }
 
-int __ag_syncthreads_op(int line, int op, int predicate) {
+int __ag_syncthreads_op(int line, int op, int predicate, int site) {
     Thread &t = me();
     t.wait = AT_BARRIER;
     t.line = line;
+    t.site = static_cast<long long>(line) << 32 | static_cast<unsigned int>(site);
     t.op = op;
     t.value = predicate != 0;
     Fiber::suspend();
