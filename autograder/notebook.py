@@ -182,6 +182,9 @@ def kernel_literal(cell_source: str) -> tuple[str, int]:
         )
     statement = statements[0]
     value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
+    targets = getattr(statement, "targets", [getattr(statement, "target", None)])
+    if not (len(targets) == 1 and isinstance(targets[0], ast.Name)):
+        value = None  # `a = b = ...`, `a.b = ...`, `a[0] = ...`, `a, b = ...`: not one name
     if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
         raise NotebookError(
             f"line {statement.lineno}: the kernel must be a plain string literal assigned to a name "

@@ -56,11 +56,20 @@ def test_duplicated_cells_are_a_problem(tmp_path: Path) -> None:
         ('SRC = f"""__global__ void k() {{}}"""\n', "plain string literal"),
         ("SRC = '''unterminated\n", "syntax error"),
         ("# nothing but a comment\n", "holds no kernel"),
+        # One assignment to one name: not several targets, an attribute, an item or a tuple.
+        ('A = B = """__global__ void k() {}"""\n', "assigned to a name"),
+        ('SRC.text = """__global__ void k() {}"""\n', "assigned to a name"),
+        ('SRC[0] = """__global__ void k() {}"""\n', "assigned to a name"),
+        ('A, B = "xy"\n', "assigned to a name"),
     ],
 )
 def test_non_literal_cells_are_refused_with_the_line(source: str, message: str) -> None:
     with pytest.raises(NotebookError, match=message):
         kernel_literal(source)
+
+
+def test_an_annotated_assignment_to_one_name_is_a_kernel_cell() -> None:
+    assert kernel_literal('SRC: str = """__global__ void k() {}"""\n')[0] == "__global__ void k() {}"
 
 
 def test_the_student_code_is_never_run(tmp_path: Path) -> None:

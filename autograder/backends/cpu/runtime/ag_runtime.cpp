@@ -357,11 +357,14 @@ void check_pair(const Access &prior, bool prior_write, const Access &now, bool n
     else
         std::snprintf(other_text, sizeof other_text, "thread (%u,%u,0) of another block, (%u,%u,0),",
                       other_tid % bx, other_tid / bx, other_block % gx, other_block / gx);
-    char message[512];
+    char this_text[64] = "";
+    if (other_block != g.block_linear)  // name both blocks, so neither reads as the other's
+        std::snprintf(this_text, sizeof this_text, " of block (%u,%u,0)", g.block_linear % gx, g.block_linear / gx);
+    char message[600];
     std::snprintf(message, sizeof message,
-                  "data race on %s: thread (%u,%u,0) %s it at {pc:%x} and %s %s it at {pc:%x} "
+                  "data race on %s: thread (%u,%u,0)%s %s it at {pc:%x} and %s %s it at {pc:%x} "
                   "with nothing ordering the two; %s",
-                  place_text(place).c_str(), t.idx.x, t.idx.y, verb(now, now_write), now.pc, other_text,
+                  place_text(place).c_str(), t.idx.x, t.idx.y, this_text, verb(now, now_write), now.pc, other_text,
                   verb(prior, prior_write), prior.pc, advice);
     report(kind, 0, now.pc, describe_thread(t), message);
 }
