@@ -181,10 +181,10 @@ def kernel_literal(cell_source: str) -> tuple[str, int]:
             "move other code to another cell"
         )
     statement = statements[0]
-    value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
-    targets = getattr(statement, "targets", [getattr(statement, "target", None)])
-    if not (len(targets) == 1 and isinstance(targets[0], ast.Name)):
-        value = None  # `a = b = ...`, `a.b = ...`, `a[0] = ...`, `a, b = ...`: not one name
+    # One assignment to one name: not `a = b = ...`, `a.b = ...`, `a[0] = ...` or `a, b = ...`.
+    targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+    one_name = len(targets) == 1 and isinstance(targets[0], ast.Name)
+    value = statement.value if one_name and isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
     if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
         raise NotebookError(
             f"line {statement.lineno}: the kernel must be a plain string literal assigned to a name "

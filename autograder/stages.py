@@ -6,6 +6,7 @@ A stage id is spelled the same everywhere.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
@@ -23,9 +24,6 @@ MAX2D_SIGNATURE = "(const float *g_in, float *g_out, unsigned int width, unsigne
 
 # Parameter types in Itanium-mangled form, so a kernel compiled without extern "C" can be found by name.
 _MANGLED_PARAMS = {Shape.SUM_1D: "PKfPfj", Shape.MAX_2D: "PKfPfjj"}
-# The same types as C++ writes them, for the compiler to check an extern "C" kernel's (Stage.parameter_check).
-_PARAMETER_TYPES = {Shape.SUM_1D: "const float *, float *, unsigned int",
-                    Shape.MAX_2D: "const float *, float *, unsigned int, unsigned int"}
 
 # The max2d step kernel runs one thread per output element, in blocks of this shape.
 MAX2D_BLOCK = (32, 8)
@@ -68,9 +66,12 @@ class Stage:
     optional: bool = False  # the open stage: ranked on the leaderboard, no points unless the rubric gives some
 
     @property
+    def parameters(self) -> str:
+        return SUM_SIGNATURE if self.shape is Shape.SUM_1D else MAX2D_SIGNATURE
+
+    @property
     def signature(self) -> str:
-        params = SUM_SIGNATURE if self.shape is Shape.SUM_1D else MAX2D_SIGNATURE
-        return f"__global__ void {self.kernel_name}{params}"
+        return f"__global__ void {self.kernel_name}{self.parameters}"
 
     @property
     def mangled_name(self) -> str:
@@ -87,7 +88,8 @@ class Stage:
     def parameter_check(self) -> str:
         """Source that compiles only where the kernel has the contract's parameter types: an `extern "C"`
         kernel's symbol holds no types, so the compiler is asked (autograder.build)."""
-        return f"\nstatic void (*const __ag_contract)({_PARAMETER_TYPES[self.shape]}) = {self.kernel_name};\n"
+        types = re.sub(r" ?\w+(?=[,)])", "", self.parameters)  # the signature less its parameter names
+        return f"\nstatic void (*const __ag_contract){types} = {self.kernel_name};\n"
 
     def wrong_parameters_message(self) -> str:
         return (

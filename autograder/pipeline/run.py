@@ -15,7 +15,7 @@ from autograder.build import Builder
 from autograder.executors import StudentWorkers
 from autograder.isolation import Worker
 from autograder.memo import StageMemo
-from autograder.pipeline.work import GPU_WAIT, StageWork
+from autograder.pipeline.work import Phases, StageWork
 from autograder.references import references_available
 from autograder.rubric import Rubric
 from autograder.sandbox import Sandbox
@@ -80,14 +80,14 @@ class StudentRun:
     @contextmanager
     def shared_phase(self, phase: str, items: Sequence[StageWork]) -> Iterator[None]:
         """Time a phase that several stages go through together, each charged an equal part of it."""
-        started, waited = time.perf_counter(), self.waited
+        together = Phases(lambda: self.waited)
         try:
-            yield
+            with together(phase):
+                yield
         finally:
-            gate = self.waited - waited
             for item in items:
-                item.phases.add(phase, (time.perf_counter() - started - gate) / len(items))
-                item.phases.add(GPU_WAIT, gate / len(items))
+                for name, seconds in together.seconds:
+                    item.phases.add(name, seconds / len(items))
 
     def grader_failed(self, where: str, error: BaseException) -> str:
         """Record a failure of the grader itself (a bug, or its machine) while grading this student, with its
