@@ -101,9 +101,22 @@ def analysis_cases(stage: Stage, seed: int) -> list[Case]:
     return [case for case in correctness_cases(stage, seed) if case.size in wanted and case.input_kind != "random"]
 
 
+INPUT_CACHE_BYTES = 256 << 20
+_inputs: dict[tuple[str, int, int], np.ndarray] = {}  # drawn inputs of this process, read-only
+
+
 def make_input(case: Case) -> np.ndarray:
-    """The float32 input of a case."""
-    return draw(case.input_kind, case.count, case.seed)
+    """The float32 input of a case, read-only: drawn once a process, since every stage of every student of a
+    run has the same cases (a worker that serves many students draws each input once, not once a call)."""
+    key = (case.input_kind, case.count, case.seed)
+    data = _inputs.get(key)
+    if data is None:
+        data = draw(*key)
+        data.flags.writeable = False
+        if sum(kept.nbytes for kept in _inputs.values()) + data.nbytes > INPUT_CACHE_BYTES:
+            _inputs.clear()
+        _inputs[key] = data
+    return data
 
 
 def draw(input_kind: str, count: int, seed: object) -> np.ndarray:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -91,6 +92,7 @@ class GpuBusy:
         self.samples: list[float] = []
         self.blocked: collections.Counter[tuple[str, str]] = collections.Counter()
         self.contexts: set[str] = set()  # processes seen holding a CUDA context
+        self.programs = ProgramTimes()
         self.ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -113,6 +115,7 @@ class GpuBusy:
         smi, ps = shutil.which("nvidia-smi"), shutil.which("ps")
         while not self._stop.wait(0.2):
             self.ticks += 1
+            self.programs.sample()
             if smi:
                 query = [smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
                 out = subprocess.run(query, capture_output=True, text=True).stdout.split()
@@ -138,6 +141,76 @@ class GpuBusy:
         return f"{sum(self.samples) / len(self.samples):.0f} %" if self.samples else "n/a (no nvidia-smi)"
 
 
+FINAL_ROLES = ("GPU", "sanitizer", "CPU backend")  # a worker's role that does not change any more
+
+
+class ProgramTimes:
+    """The CPU seconds of the machine's processes by program, read from /proc at each sample: which programs a
+    class's core-seconds went to. Python processes are told apart by role: a grading process, a worker under
+    compute-sanitizer, a worker on the GPU (it holds a /dev/nvidia file), a worker on the CPU backend (it maps
+    its runtime), and a worker still starting (its imports), which may become either. A process that starts
+    and ends between two samples is missed, so the total is below the CPUs' own count."""
+
+    def __init__(self) -> None:
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self._seen: dict[int, int] = {pid: ticks for pid, (_, ticks) in self._now().items()}  # before the run
+        self._roles: dict[int, str] = {}
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _now() -> dict[int, tuple[str, int]]:
+        found = {}
+        for entry in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = entry.read_text()
+            except OSError:
+                continue
+            name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+            found[int(entry.parent.name)] = (name, int(fields[11]) + int(fields[12]))  # utime + stime
+        return found
+
+    def _role(self, pid: int, name: str) -> str:
+        if not name.startswith("python") or self._roles.get(pid, "").endswith(FINAL_ROLES):
+            return self._roles.get(pid, name)
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            above = Path(f"/proc/{parent}/comm").read_text().strip()
+            files = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()] if b"isolation" in command else []
+            maps = Path(f"/proc/{pid}/maps").read_text() if b"isolation" in command else ""
+        except OSError:
+            return self._roles.get(pid, name)
+        if b"autograder.isolation" not in command:
+            role = "python: grading process" if b"multiprocessing" in command else "python: the bench"
+        elif above.startswith(("compute-saniti", "TreeLauncher")):
+            role = "python: worker under compute-sanitizer"
+        elif any(path.startswith("/dev/nvidia") for path in files):
+            role = "python: worker on the GPU"
+        elif "libagrt-" in maps:
+            role = "python: worker on the CPU backend"
+        else:
+            role = "python: worker starting"
+        self._roles[pid] = role
+        return role
+
+    def sample(self) -> None:
+        for pid, (name, ticks) in self._now().items():
+            delta = ticks - self._seen.get(pid, 0)
+            if delta:
+                self.seconds[self._role(pid, name)] += delta / self._tick
+            self._seen[pid] = ticks
+
+    def top(self, count: int = 12) -> str:
+        total = sum(self.seconds.values())
+        shown = "; ".join(f"{name} {seconds:.0f}" for name, seconds in self.seconds.most_common(count))
+        return f"{total:.0f} core-seconds seen: {shown}"
+
+    def started(self) -> str:
+        """How many worker processes of each role were seen (each a process start; on the GPU, a context)."""
+        roles = collections.Counter(role for role in self._roles.values() if role.startswith("python: worker"))
+        return "; ".join(f"{role.removeprefix('python: ')} {count}" for role, count in roles.most_common())
+
+
 @dataclass
 class Measured:
     """One class graded once: its wall time, results, GPU busy share and where processes waited."""
@@ -149,6 +222,8 @@ class Measured:
     tenths: list[str]
     contexts: int  # processes seen holding a CUDA context
     cpu: str  # the CPUs' busy share
+    programs: str  # the core-seconds seen by program
+    workers: str  # the worker processes seen, by role
 
     @property
     def rate(self) -> float:
@@ -184,11 +259,13 @@ def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions, 
     with GpuBusy() as busy:
         run = grade_class(folder, out, options, spread=spread, on_student=progress)
     measured = Measured(time.monotonic() - started, run, busy.share(), busy.waits(), tenths, len(busy.contexts),
-                        busy.cpu_share())
+                        busy.cpu_share(), busy.programs.top(), busy.programs.started())
     students = max(len(run.results), 1)
     print(f"  {label}: GPU busy {measured.busy}, CPUs busy {measured.cpu}; CUDA contexts {measured.contexts} "
           f"({measured.contexts / students:.2f} a student); a minute per tenth: {' '.join(tenths)}")
     print(f"  {label}: {phase_summary(run.results, measured.seconds)}")
+    print(f"  {label}: CPU by program: {measured.programs}")
+    print(f"  {label}: worker processes seen: {measured.workers}")
     if measured.waits:
         print(f"  {label}: waiting in the kernel (state D): {measured.waits}")
     if run.lost_workers:

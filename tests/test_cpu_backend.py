@@ -11,14 +11,22 @@ import math
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from autograder.backends.base import Backend, Kernel
-from autograder.backends.cpu import CpuBackend
-from autograder.backends.cpu.compiler import CHECK_FLAGS, COMMON_FLAGS, RUNTIME_DIR
+from autograder.backends.cpu import CpuBackend, compiler
+from autograder.backends.cpu.compiler import (
+    CHECK_FLAGS,
+    COMMON_FLAGS,
+    RUNTIME_DIR,
+    compile_kernel,
+    precompiled_preludes,
+    prepare_toolchain,
+)
 from autograder.backends.cpu.rewrite import rewrite_shared
 from autograder.build import Builder
 from autograder.errors import BackendUnavailable, CompileError, KernelFault, KernelTimeout
@@ -668,3 +676,35 @@ def test_a_wrong_kernel_is_named_on_its_line_as_the_compiler_counts_lines(cache_
     with Worker("cpu", {"cache_dir": str(cache_dir)}) as worker, pytest.raises(CompileError) as error:
         Builder(worker.device, worker.sandbox, {"cache_dir": str(cache_dir)}).build(get_stage("sequential"), source)
     assert [message.line for message in error.value.messages] == [source.cell_line(line + 1)]
+
+
+def test_the_precompiled_prelude_changes_no_instruction_and_a_changed_one_is_made_again(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """g++ reads the prelude precompiled (most of a small kernel's compile time): the code is the same as from
+    the header itself, and a .gch that is not as it was built is never used but made again."""
+    toolchain = prepare_toolchain(cache=tmp_path)
+    preludes = precompiled_preludes(toolchain)
+    assert set(preludes) == {"fast", "checked"}
+    stage = get_stage("shuffle")
+
+    def code(cache: Path) -> list[str]:
+        built = compile_kernel(replace(toolchain, cache=cache), source("shuffle"), stage, Sandbox())
+        return [
+            subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-j", ".text", str(path)], capture_output=True,
+                           text=True, check=True).stdout.split("\n", 3)[3]
+            for path in (built.checked, built.fast)
+        ]
+
+    with_prelude = code(tmp_path)
+    monkeypatch.setattr(compiler, "precompiled_preludes", lambda _: {})
+    other = tmp_path / "plain"
+    other.mkdir()
+    assert code(other) == with_prelude
+    monkeypatch.undo()
+    gch = preludes["checked"] / "ag_prelude.h.gch"
+    changed = bytearray(gch.read_bytes())
+    changed[len(changed) // 2] ^= 0xFF
+    gch.write_bytes(changed)
+    assert precompiled_preludes(toolchain)["checked"] == preludes["checked"]
+    assert gch.read_bytes() != changed

@@ -12,6 +12,7 @@ prelude (a wrong argument to a shuffle, say) is put on the student's line that g
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -147,6 +148,66 @@ def prepare_toolchain(fibers: str = "auto", cache: Path | None = None, compiler:
     raise BackendUnavailable("could not build the CPU backend's runtime: " + " | ".join(failures))
 
 
+BUILD_FLAGS = {"fast": COMMON_FLAGS, "checked": COMMON_FLAGS + CHECK_FLAGS}
+
+
+def precompiled_preludes(toolchain: Toolchain) -> dict[str, Path]:
+    """The prelude precompiled for each build ("fast", "checked"; g++ uses a .gch only with the flags it was
+    made with), once per toolchain, each in a folder of its own beside a copy of the header. g++ then reads
+    the parsed headers instead of parsing them, which was most of a small kernel's compile; the text compiled
+    is the same. A build for which none can be made (a read-only cache) is left out: its kernels read the
+    header itself."""
+    found = {}
+    for build, flags in BUILD_FLAGS.items():
+        folder = toolchain.cache / f"prelude-{_digest(toolchain.key, build, *flags)}"
+        if not _verified_prelude(folder):
+            with contextlib.suppress(OSError):
+                _precompile(toolchain, flags, folder)
+        if _verified_prelude(folder):
+            found[build] = folder
+    return found
+
+
+def _precompile(toolchain: Toolchain, flags: tuple[str, ...], folder: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=toolchain.cache, prefix="prelude-") as directory:
+        made = Path(directory)
+        shutil.copyfile(RUNTIME_DIR / PRELUDE, made / PRELUDE)
+        command = [toolchain.compiler, *flags, "-I", RUNTIME_DIR, "-x", "c++-header", PRELUDE, "-o", f"{PRELUDE}.gch"]
+        if subprocess.run(command, cwd=made, capture_output=True).returncode == 0:
+            _write_manifest(made / "manifest.json", _prelude_files(made), "", {})
+            if _verified_prelude(folder):
+                return  # another grader published one meanwhile, which others may be compiling with
+            shutil.rmtree(folder, ignore_errors=True)  # one not as it was built, which nobody compiles with
+            os.replace(made, folder)  # fails where another grader published one since
+            made.mkdir()  # for the TemporaryDirectory to remove
+
+
+def prelude_flags(preludes: dict[str, Path], build: str) -> tuple[str, ...]:
+    """The flags that put the prelude before a kernel in `build`: its precompiled header where there is one."""
+    folder = preludes.get(build)
+    return PRELUDE_FLAGS if folder is None else ("-include", str(folder / PRELUDE), "-I", str(RUNTIME_DIR))
+
+
+def _prelude_files(folder: Path) -> dict[str, Path]:
+    return {"header": folder / PRELUDE, "gch": folder / f"{PRELUDE}.gch"}
+
+
+_VERIFIED: set[tuple[Path, int, int]] = set()  # precompiled preludes whose hashes this process checked
+
+
+def _verified_prelude(folder: Path) -> bool:
+    """Whether a precompiled prelude is whole and as it was built (its hashes, checked once a process for
+    each version of the file)."""
+    try:
+        info = (folder / f"{PRELUDE}.gch").stat()
+    except OSError:
+        return False
+    version = (folder, info.st_ino, info.st_mtime_ns)
+    if version not in _VERIFIED and _read_manifest(folder / "manifest.json", _prelude_files(folder)) is not None:
+        _VERIFIED.add(version)
+    return version in _VERIFIED
+
+
 def parameter_names(source: str, kernel_name: str, count: int) -> tuple[str, ...]:
     """The kernel's own parameter names (for messages), or g_in, g_out, ... where they cannot be read."""
     fallback = ("g_in", "g_out", "n", "height")[:count] if count <= 4 else tuple(f"arg{i}" for i in range(count))
@@ -191,7 +252,6 @@ def compile_kernel(
         source.text, lambda text: _preprocess(toolchain, sandbox, text, source), SOURCE_NAME
     )
     text = rewritten.text + entry_code(stage, ENTRY_LINE)
-    include_flags = () if rewritten.preprocessed else PRELUDE_FLAGS  # preprocessed text holds the prelude
     key = _digest(toolchain.key, text, " ".join(COMMON_FLAGS + CHECK_FLAGS), "" if fast else "checked only")
     checked = toolchain.cache / f"k-{key}-checked.so"
     plain = toolchain.cache / f"k-{key}-fast.so" if fast else checked
@@ -210,20 +270,24 @@ def compile_kernel(
 
     link = ["-L", str(toolchain.runtime.parent), f"-l:{toolchain.runtime.name}",
             f"-Wl,-rpath,{toolchain.runtime.parent}", "-Wl,-z,defs", "-lm"]
-    readable = (RUNTIME_DIR, toolchain.runtime)
+    preludes = precompiled_preludes(toolchain)
+    readable = (RUNTIME_DIR, toolchain.runtime, *preludes.values())
     with tempfile.TemporaryDirectory(dir=toolchain.cache, prefix="build-") as directory:
         build = Path(directory)
         (build / SOURCE_NAME).write_text(text)
-        base = [toolchain.compiler, *COMMON_FLAGS, *include_flags]
+
+        def base(build: str) -> list[str]:
+            prelude = () if rewritten.preprocessed else prelude_flags(preludes, build)  # else the text holds it
+            return [toolchain.compiler, *BUILD_FLAGS[build], *prelude]
 
         def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
             return sandbox.run_tool(argv, build, COMPILE_SECONDS, readable=readable)
 
         # The two builds run side by side: the instrumented one compiles to an object first, because linking
         # with -fsanitize=thread would pull in the real ThreadSanitizer library.
-        argvs = [[*base, *CHECK_FLAGS, "-c", "-x", "c++", SOURCE_NAME, "-o", "checked.o"]]
+        argvs = [[*base("checked"), "-c", "-x", "c++", SOURCE_NAME, "-o", "checked.o"]]
         if fast:
-            argvs.append([*base, "-shared", "-x", "c++", SOURCE_NAME, "-x", "none", *link, "-o", "fast.so"])
+            argvs.append([*base("fast"), "-shared", "-x", "c++", SOURCE_NAME, "-x", "none", *link, "-o", "fast.so"])
         with ThreadPoolExecutor(2) as pool:
             compiled = list(pool.map(run, argvs))
         failed = next((result for result in compiled if result.returncode != 0), None)
@@ -242,7 +306,8 @@ def compile_kernel(
 
 
 COMPILE_SECONDS = 60.0
-PRELUDE_FLAGS = ("-include", str(RUNTIME_DIR / "ag_prelude.h"), "-I", str(RUNTIME_DIR))
+PRELUDE = "ag_prelude.h"
+PRELUDE_FLAGS = ("-include", str(RUNTIME_DIR / PRELUDE), "-I", str(RUNTIME_DIR))
 
 
 def _preprocess(toolchain: Toolchain, sandbox: Sandbox, text: str, source: KernelSource) -> str:
