@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from autograder.records import CaseResult
 from autograder.stages import get_stage
@@ -23,6 +24,15 @@ def test_inputs_follow_the_seed() -> None:
     first, second = correctness_cases(SUM, seed=1)[5], correctness_cases(SUM, seed=2)[5]
     assert np.array_equal(make_input(first), make_input(correctness_cases(SUM, seed=1)[5]))
     assert not np.array_equal(make_input(first), make_input(second))
+
+
+def test_a_drawn_input_is_drawn_once_and_read_only() -> None:
+    """A worker serves every stage and many students one input per case: none of them can change it."""
+    case = correctness_cases(SUM, seed=1)[-1]
+    data = make_input(case)
+    assert make_input(case) is data and not data.flags.writeable
+    with pytest.raises(ValueError):
+        data[0] = 1.0
 
 
 def test_integer_inputs_are_checked_exactly() -> None:
