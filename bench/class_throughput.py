@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import random
 import shutil
@@ -276,13 +275,14 @@ def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions, 
     return measured
 
 
-def grades(run: ClassRun) -> dict[str, str]:
-    """What must not depend on how a class was graded: each student's statuses, correctness points and findings."""
+def grades(run: ClassRun) -> dict[str, list]:
+    """What must not depend on how a class was graded: each student's statuses, correctness points and findings,
+    stage by stage."""
     return {
-        result.student: json.dumps([
-            [s.stage, s.status.value, s.points.correctness if s.points else None, sorted(f.kind for f in s.findings)]
+        result.student: [
+            (s.stage, s.status.value, s.points.correctness if s.points else None, sorted(f.kind for f in s.findings))
             for s in result.stages
-        ])
+        ]
         for result in run.results
     }
 
@@ -348,11 +348,22 @@ def main() -> None:
     for name, serial, measured in rows:
         first, *others = measured.values()
         for where, result in zip(list(measured)[1:], others, strict=True):
-            same = grades(result.run) == grades(first.run)
-            print(f"{name}: grades on {where} {'equal' if same else 'DIFFER from'} those on one GPU")
-        kept = grades(serial.run)
-        equal = all(grades(first.run).get(student) == grade for student, grade in kept.items())
-        print(f"{name}: the serial students' grades {'equal' if equal else 'DIFFER from'} theirs in the class run")
+            compare(f"{name}: grades on {where}", grades(result.run), grades(first.run), "those on one GPU")
+        in_class = grades(first.run)
+        compare(f"{name}: the serial students' grades", grades(serial.run), in_class, "theirs in the class run")
+
+
+def compare(what: str, these: dict[str, list], those: dict[str, list], whose: str) -> None:
+    """Whether every student of `these` has the same grades in `those`; where not, each stage that differs,
+    as (stage, status, correctness points, findings) here and there."""
+    differing = {
+        student: [(mine, theirs) for mine, theirs in zip(grade, those.get(student, []), strict=False) if mine != theirs]
+        for student, grade in these.items()
+        if those.get(student) != grade
+    }
+    print(f"{what} {'DIFFER from' if differing else 'equal'} {whose}")
+    for student, stages in sorted(differing.items())[:5]:
+        print(f"  {student}: " + "; ".join(f"{mine} here, {theirs} there" for mine, theirs in stages))
 
 
 if __name__ == "__main__":
