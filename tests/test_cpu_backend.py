@@ -242,6 +242,24 @@ def test_missing_bounds_check_is_out_of_bounds_with_buffer_offset_and_thread(cpu
     assert finding.thread == "block (3,0,0) thread (232,0,0)"
 
 
+def test_loads_and_stores_with_cache_hints_are_checked_as_plain_ones(cpu: CpuBackend) -> None:
+    text = source("cache_hints_and_index_intrinsics").text
+    unguarded = text.replace("(i < n) ? __ldcg(&g_in[signed_index]) : 0.0f", "__ldcg(&g_in[signed_index])")
+    unguarded = unguarded.replace("if (tid == 0) __stcg(&g_out[blockIdx.x], sdata[0]);", "__stcg(&g_out[i], sdata[0]);")
+    kernel = cpu.compile(KernelSource(unguarded, LOCATION), get_stage("first_add"))
+    plan = Plan.create(cpu, kernel, (1000,), 256)
+    try:
+        plan.load(np.ones(1000, np.float32))
+        guards = plan.run(check_each_pass=True)
+    finally:
+        plan.release()
+    assert "output_guard" in kinds(guards)
+    lines = {(f.kind, f.line) for f in cpu.findings()}
+    load = unguarded[: unguarded.index("__ldcg(&g_in")].count("\n") + LOCATION.first_line
+    store = unguarded[: unguarded.index("__stcg(&g_out[i]")].count("\n") + LOCATION.first_line
+    assert {("out_of_bounds", load), ("out_of_bounds", store)} <= lines
+
+
 def test_bounds_are_checked_in_the_last_blocks_of_large_launches(cpu: CpuBackend) -> None:
     # Above 2^20 threads only the first and last blocks run instrumented: the overrun is in the last one.
     n = (1 << 20) + 77
@@ -447,6 +465,7 @@ CONSTRUCTS = (
     ("samples_style", "open"),  # the CUDA samples' SharedMemory<T>, template<class T, blockSize, nIsPow2>, cg
     ("half_precision_headers", "shuffle"),  # cuda_fp16.h and cuda_bf16.h: rounding as on a GPU
     ("unusual_spellings", "sequential"),  # <% %>, [[maybe_unused]] on extern __shared__, 1'024
+    ("cache_hints_and_index_intrinsics", "first_add"),  # __umul24, __mul24, __ldcg, __stcg, __funnelshift_l, ...
 )
 
 

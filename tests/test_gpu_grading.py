@@ -94,8 +94,8 @@ UNUSUAL_SPELLINGS = {
     "attribute_on_shared": ("sequential", "extern __shared__ float sdata[];",
                             "[[maybe_unused]] extern __shared__ float sdata[];"),
     "digraph_brace": ("sequential", "unsigned int n)\n{", "unsigned int n)\n<%"),
-    "funnel_shift": ("naive", "    __syncthreads();\n",
-                     "    __syncthreads();\n    (void)__funnelshift_l(1u, 2u, 3u);\n"),
+    "match_any": ("naive", "    __syncthreads();\n",
+                  "    __syncthreads();\n    (void)__match_any_sync(0xffffffffu, threadIdx.x);\n"),
 }
 
 

@@ -175,6 +175,37 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+// __expf, __logf, __sinf, __cosf and __powf are glibc's own names for expf, logf, ... (<cmath> declares them).
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __fsqrt_rn(float x) { return sqrtf(x); }
+static inline float __uint2float_rn(unsigned int x) { return (float)x; }
+static inline unsigned int __float2uint_rn(float x) { return (unsigned int)nearbyintf(x); }
+static inline float __ll2float_rn(long long x) { return (float)x; }
+// Products of the low 24 bits (sign-extended for __mul24), as old GPUs computed indices fast: the low 32 bits.
+static inline int __mul24(int x, int y) {
+    long long a = (long long)(x & 0xffffff) - ((x & 0x800000) ? 0x1000000LL : 0);
+    long long b = (long long)(y & 0xffffff) - ((y & 0x800000) ? 0x1000000LL : 0);
+    return (int)(unsigned int)(unsigned long long)(a * b);
+}
+static inline unsigned int __umul24(unsigned int x, unsigned int y) { return (x & 0xffffffu) * (y & 0xffffffu); }
+static inline int __mulhi(int x, int y) { return (int)(((long long)x * y) >> 32); }
+static inline unsigned int __umulhi(unsigned int x, unsigned int y) {
+    return (unsigned int)(((unsigned long long)x * y) >> 32);
+}
+static inline unsigned int __funnelshift_l(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return (unsigned int)((((unsigned long long)hi << 32 | lo) << (shift & 31)) >> 32);
+}
+static inline unsigned int __funnelshift_lc(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return (unsigned int)((((unsigned long long)hi << 32 | lo) << (shift < 32 ? shift : 32)) >> 32);
+}
+static inline unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return (unsigned int)(((unsigned long long)hi << 32 | lo) >> (shift & 31));
+}
+static inline unsigned int __funnelshift_rc(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return (unsigned int)(((unsigned long long)hi << 32 | lo) >> (shift < 32 ? shift : 32));
+}
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
 static inline int __float2int_rz(float x) { return (int)x; }
 static inline float __int2float_rn(int x) { return (float)x; }
@@ -195,8 +226,15 @@ static inline unsigned int __brev(unsigned int x) {
     return r;
 }
 
+// Loads and stores with cache hints: plain accesses here, each one seen by the race and bounds checks.
 template <class T>
 static inline T __ldg(const T *p) { return *p; }
+#define AG_LOAD(name) template <class T> static inline T name(const T *p) { return *p; }
+#define AG_STORE(name) template <class T> static inline void name(T *p, T value) { *p = value; }
+AG_LOAD(__ldcg) AG_LOAD(__ldca) AG_LOAD(__ldcs) AG_LOAD(__ldlu) AG_LOAD(__ldcv)
+AG_STORE(__stcg) AG_STORE(__stcs) AG_STORE(__stwb) AG_STORE(__stwt)
+#undef AG_LOAD
+#undef AG_STORE
 static inline long long clock64() { return (long long)__builtin_ia32_rdtsc(); }
 static inline void __nanosleep(unsigned int) {}
 static inline void __trap() { std::abort(); }
