@@ -466,6 +466,7 @@ CONSTRUCTS = (
     ("half_precision_headers", "shuffle"),  # cuda_fp16.h and cuda_bf16.h: rounding as on a GPU
     ("unusual_spellings", "sequential"),  # <% %>, [[maybe_unused]] on extern __shared__, 1'024
     ("cache_hints_and_index_intrinsics", "first_add"),  # __umul24, __mul24, __ldcg, __stcg, __funnelshift_l, ...
+    ("warp_match", "shuffle"),  # __match_any_sync on unsigned and float values, __match_all_sync
 )
 
 

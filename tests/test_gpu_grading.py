@@ -89,13 +89,12 @@ def _rewritten(stage_id: str, old: str, new: str) -> str:
 
 
 # Correct CUDA that nvcc compiles: spellings the CPU backend's rewriting of shared memory once found hard, and an
-# intrinsic its prelude does not have (a compile error there).
+# intrinsic its prelude does not have (a compile error there: __isGlobal).
 UNUSUAL_SPELLINGS = {
     "attribute_on_shared": ("sequential", "extern __shared__ float sdata[];",
                             "[[maybe_unused]] extern __shared__ float sdata[];"),
     "digraph_brace": ("sequential", "unsigned int n)\n{", "unsigned int n)\n<%"),
-    "match_any": ("naive", "    __syncthreads();\n",
-                  "    __syncthreads();\n    (void)__match_any_sync(0xffffffffu, threadIdx.x);\n"),
+    "address_space_query": ("naive", "    __syncthreads();\n", "    __syncthreads();\n    (void)__isGlobal(g_in);\n"),
 }
 
 

@@ -76,7 +76,7 @@ static constexpr int warpSize = 32;
 
 // Warp collectives: the operation codes are shared with ag_runtime.cpp.
 enum { AG_SYNCWARP, AG_SHFL, AG_SHFL_UP, AG_SHFL_DOWN, AG_SHFL_XOR, AG_BALLOT, AG_ANY, AG_ALL,
-       AG_REDUCE_ADD, AG_REDUCE_MIN, AG_REDUCE_MAX };
+       AG_REDUCE_ADD, AG_REDUCE_MIN, AG_REDUCE_MAX, AG_MATCH_ANY, AG_MATCH_ALL };
 
 template <class T>
 static inline unsigned long long __ag_bits(T value) {
@@ -108,6 +108,13 @@ static inline unsigned int __ag_mask(unsigned int mask = 0xffffffffu) { return m
 #define __reduce_add_sync(mask, v) ((unsigned int)__ag_warp(__LINE__, AG_REDUCE_ADD, (mask), (unsigned int)(v), 0, 32))
 #define __reduce_min_sync(mask, v) ((unsigned int)__ag_warp(__LINE__, AG_REDUCE_MIN, (mask), (unsigned int)(v), 0, 32))
 #define __reduce_max_sync(mask, v) ((unsigned int)__ag_warp(__LINE__, AG_REDUCE_MAX, (mask), (unsigned int)(v), 0, 32))
+#define __match_any_sync(mask, v) ((unsigned int)__ag_warp(__LINE__, AG_MATCH_ANY, (mask), __ag_bits(v), 0, 32))
+#define __match_all_sync(mask, v, pred) __ag_match_all(__LINE__, (mask), __ag_bits(v), (pred))
+static inline unsigned int __ag_match_all(int line, unsigned int mask, unsigned long long bits, int *pred) {
+    const unsigned int lanes = (unsigned int)__ag_warp(line, AG_MATCH_ALL, mask, bits, 0, 32);
+    *pred = lanes != 0;
+    return lanes;
+}
 #define __activemask() __ag_activemask()
 
 // Atomics run inside the runtime, which marks the access as atomic for the race checker.

@@ -54,7 +54,8 @@ enum Kind { RACE_SYNCTHREADS, RACE_SYNCWARP, RACE_INTERBLOCK, OUT_OF_BOUNDS, UNI
             INACTIVE_LANE, BARRIER_DIVERGENCE };
 enum Wait : std::uint8_t { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
 // Warp collective codes, as in ag_prelude.h.
-enum { SYNCWARP, SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, REDUCE_ADD, REDUCE_MIN, REDUCE_MAX };
+enum { SYNCWARP, SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, REDUCE_ADD, REDUCE_MIN, REDUCE_MAX,
+       MATCH_ANY, MATCH_ALL };
 enum { A_ADD, A_SUB, A_EXCH, A_MIN, A_MAX, A_CAS, A_AND, A_OR, A_XOR, A_INC, A_DEC };
 enum { T_INT, T_UNSIGNED, T_FLOAT, T_DOUBLE };
 
@@ -624,7 +625,8 @@ std::string lanes_text(const std::vector<unsigned int> &tids) {
 const char *collective_name(int op) {
     static const char *names[] = {"__syncwarp()", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                   "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync",
-                                  "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync"};
+                                  "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync",
+                                  "__match_any_sync", "__match_all_sync"};
     return names[op];
 }
 
@@ -693,6 +695,14 @@ unsigned long long source_value(unsigned int warp, const Thread &t, unsigned int
 }
 
 // Complete the warp collective of `warp` if every lane it needs has arrived. Returns whether it did.
+// The lanes of `t`'s mask that took part with the same value as `t` (bit for bit, as __match_*_sync compare).
+unsigned int matching(unsigned int warp, const Thread &t, unsigned int arrived) {
+    unsigned int lanes = 0;
+    for (unsigned int lane = 0; lane < 32; ++lane)
+        if ((arrived & t.mask) >> lane & 1u && g.threads[warp * 32 + lane].value == t.value) lanes |= 1u << lane;
+    return lanes;
+}
+
 bool complete_collective(unsigned int warp) {
     unsigned int arrived = 0, needed = 0;
     for (unsigned int lane = 0; lane < 32; ++lane) {
@@ -753,6 +763,8 @@ bool complete_collective(unsigned int warp) {
             case REDUCE_ADD: t.result = static_cast<unsigned int>(sum); break;
             case REDUCE_MIN: t.result = least; break;
             case REDUCE_MAX: t.result = most; break;
+            case MATCH_ANY: t.result = matching(warp, t, arrived); break;
+            case MATCH_ALL: t.result = matching(warp, t, arrived) == (arrived & t.mask) ? t.mask : 0; break;
             default: t.result = source_value(warp, t, arrived); break;
         }
     }
