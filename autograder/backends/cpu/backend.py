@@ -24,7 +24,6 @@ import numpy as np
 
 from autograder.backends.base import Backend, Buffer, Kernel
 from autograder.backends.cpu.compiler import Toolchain, build_shared_objects, prepare_toolchain
-from autograder.build import defined_symbols
 from autograder.errors import CompileError, KernelFault
 from autograder.records import FINDING_KINDS, Build, DeviceInfo, Finding, KernelMetrics, KernelSource, LineMetric
 from autograder.sandbox import Sandbox
@@ -110,6 +109,8 @@ def _bind_kernel(library: ctypes.CDLL, stage: Stage, binary: bytes) -> None:
             continue
         ctypes.c_void_p.in_dll(library, "__ag_kernel").value = address
         return
+    from autograder.build import defined_symbols  # the grader's module: a worker needs it only here
+
     raise CompileError(stage.missing_kernel_message(defined_symbols(binary)), (), "")
 
 
