@@ -84,6 +84,16 @@ def reduce(backend: Backend, kernel: Kernel, data: np.ndarray, size: tuple[int, 
         plan.release()
 
 
+def reduce_unchecked(backend: Backend, kernel: Kernel, data: np.ndarray, size: tuple[int, ...]) -> None:
+    """One whole reduction, whatever the kernel leaves in its outputs and their guards."""
+    plan = Plan.create(backend, kernel, size, 256)
+    try:
+        plan.load(data)
+        plan.run(check_each_pass=True)
+    finally:
+        plan.release()
+
+
 def kinds(findings: tuple[Finding, ...]) -> set[str]:
     return {f.kind for f in findings}
 
@@ -242,18 +252,23 @@ def test_missing_bounds_check_is_out_of_bounds_with_buffer_offset_and_thread(cpu
     assert finding.thread == "block (3,0,0) thread (232,0,0)"
 
 
+def test_a_shared_variable_of_a_struct_defined_in_its_declaration_is_race_checked(cpu: CpuBackend) -> None:
+    text = source("shared_struct_types").text
+    barrier = "        slots[1].owner = 0;\n    }\n    __syncthreads();\n"
+    racy = text.replace(barrier, barrier.replace("    __syncthreads();\n", ""))
+    racy = racy.replace("(tid == 0) g_out", "(tid == 64) g_out")  # another warp reads what thread 0 wrote
+    assert racy.count("__syncthreads") == text.count("__syncthreads") - 1
+    kernel = cpu.compile(KernelSource(racy, LOCATION), get_stage("sequential"))
+    reduce_unchecked(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    assert "race_syncthreads" in kinds(cpu.findings())
+
+
 def test_loads_and_stores_with_cache_hints_are_checked_as_plain_ones(cpu: CpuBackend) -> None:
     text = source("cache_hints_and_index_intrinsics").text
     unguarded = text.replace("(i < n) ? __ldcg(&g_in[signed_index]) : 0.0f", "__ldcg(&g_in[signed_index])")
     unguarded = unguarded.replace("if (tid == 0) __stcg(&g_out[blockIdx.x], sdata[0]);", "__stcg(&g_out[i], sdata[0]);")
     kernel = cpu.compile(KernelSource(unguarded, LOCATION), get_stage("first_add"))
-    plan = Plan.create(cpu, kernel, (1000,), 256)
-    try:
-        plan.load(np.ones(1000, np.float32))
-        guards = plan.run(check_each_pass=True)
-    finally:
-        plan.release()
-    assert "output_guard" in kinds(guards)
+    reduce_unchecked(cpu, kernel, np.ones(1000, np.float32), (1000,))
     lines = {(f.kind, f.line) for f in cpu.findings()}
     load = unguarded[: unguarded.index("__ldcg(&g_in")].count("\n") + LOCATION.first_line
     store = unguarded[: unguarded.index("__stcg(&g_out[i]")].count("\n") + LOCATION.first_line
@@ -467,6 +482,7 @@ CONSTRUCTS = (
     ("unusual_spellings", "sequential"),  # <% %>, [[maybe_unused]] on extern __shared__, 1'024
     ("cache_hints_and_index_intrinsics", "first_add"),  # __umul24, __mul24, __ldcg, __stcg, __funnelshift_l, ...
     ("warp_match", "shuffle"),  # __match_any_sync on unsigned and float values, __match_all_sync
+    ("shared_struct_types", "sequential"),  # __shared__ struct { ... } name; and __shared__ struct Slot { ... } a[2];
 )
 
 

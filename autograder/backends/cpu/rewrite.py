@@ -84,7 +84,7 @@ def rewrite_shared(source: str) -> Rewritten:
         if match.start() < position or _in_directive(code, match.start()):
             continue
         start = _declaration_start(code, match.start())
-        end = code.find(";", match.end())
+        end = _statement_end(code, match.end())
         if end < 0:
             break
         replacement = _rewrite_declaration(code[start:end], dynamic)
@@ -171,12 +171,29 @@ def _declaration_start(code: str, index: int) -> int:
     return i
 
 
+def _statement_end(code: str, index: int) -> int:
+    """The `;` that ends the declaration going on at `index`, past any braces of a type it defines
+    (`__shared__ struct { float sum; int count; } totals;`); -1 where there is none."""
+    depth = 0
+    for position in range(index, len(code)):
+        ch = code[position]
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth < 0:
+                return -1
+        elif ch == ";" and depth == 0:
+            return position
+    return -1
+
+
 def _split_top_level(text: str) -> list[str]:
     parts, depth, current = [], 0, []
     for ch in text:
-        if ch in "([<":
+        if ch in "([<{":
             depth += 1
-        elif ch in ")]>":
+        elif ch in ")]>}":
             depth -= 1
         if ch == "," and depth == 0:
             parts.append("".join(current))
@@ -213,6 +230,9 @@ def _rewrite_declaration(declaration: str, dynamic: list[str]) -> str | None:
             return None
         entries.append((parsed.group(1).replace(" ", ""), parsed.group(2), parsed.group(3)))
     out = []
+    if "{" in base_type:  # a type defined here, maybe unnamed: named once, so that every use is the same type
+        out.append(f"typedef {base_type} __ag_type_of_{name.group()};")
+        base_type = f"__ag_type_of_{name.group()}"
     for pointer, variable, dims in entries:
         element = f"{base_type}{pointer}"
         if is_extern:

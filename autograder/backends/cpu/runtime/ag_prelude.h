@@ -243,6 +243,10 @@ AG_STORE(__stcg) AG_STORE(__stcs) AG_STORE(__stwb) AG_STORE(__stwt)
 #undef AG_LOAD
 #undef AG_STORE
 static inline long long clock64() { return (long long)__builtin_ia32_rdtsc(); }
+static inline long clock() { return (long)__builtin_ia32_rdtsc(); }  // the device's clock(), a clock_t
+#if !__has_builtin(__builtin_assume)
+#define __builtin_assume(condition) ((void)0)  // nvcc's hint to the optimiser; g++ has no such builtin
+#endif
 static inline void __nanosleep(unsigned int) {}
 static inline void __trap() { std::abort(); }
 
