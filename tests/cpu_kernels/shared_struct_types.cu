@@ -4,12 +4,12 @@ __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int 
     extern __shared__ float sdata[];
     __shared__ struct { float partial, spare; unsigned int count; } result;
     __shared__ struct Slot { float value; int owner; } slots[2];
-    unsigned int tid = threadIdx.x;
-    unsigned int i = blockIdx.x * blockDim.x + tid;
-    sdata[tid] = (i < n) ? g_in[i] : 0.0f;
+    const unsigned int tid = threadIdx.x, first = blockIdx.x * blockDim.x;
+    sdata[tid] = first + tid < n ? g_in[first + tid] : 0.0f;
     __syncthreads();
-    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (tid < s) sdata[tid] += sdata[tid + s];
+    unsigned int half = blockDim.x;
+    while ((half /= 2) > 0) {
+        if (tid < half) sdata[tid] = sdata[tid] + sdata[half + tid];
         __syncthreads();
     }
     if (tid == 0) {
