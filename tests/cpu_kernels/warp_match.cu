@@ -1,30 +1,25 @@
-// The shuffle stage, its last warp also asking which lanes hold equal values (__match_any_sync, on unsigned and
-// float values) and whether all do (__match_all_sync): the sum is kept only where the answers are CUDA's.
+// The shuffle stage done by warps alone: each warp adds its lanes' values with shuffles, asking on the way
+// which lanes hold equal values (__match_any_sync, on unsigned and float values) and whether all do
+// (__match_all_sync); a warp keeps its sum only where the answers are CUDA's. Lane 0 of each warp then adds
+// the warp sums of its block through shared memory.
 __global__ void reduce_shuffle(const float *g_in, float *g_out, unsigned int n)
 {
-    extern __shared__ float sdata[];
-    unsigned int tid = threadIdx.x;
-    unsigned int i = blockIdx.x * (2 * blockDim.x) + threadIdx.x;
-    float sum = (i < n) ? g_in[i] : 0.0f;
-    if (i + blockDim.x < n) sum += g_in[i + blockDim.x];
-    sdata[tid] = sum;
+    extern __shared__ float warp_sums[];
+    const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const unsigned int at = blockIdx.x * 2 * blockDim.x + threadIdx.x;
+    float v = (at < n ? g_in[at] : 0.0f) + (at + blockDim.x < n ? g_in[at + blockDim.x] : 0.0f);
+    int same = 0, differ = 1;
+    const unsigned int all = __match_all_sync(0xffffffffu, 7u, &same);
+    const unsigned int none = __match_all_sync(0xffffffffu, lane, &differ);
+    const bool right = __match_any_sync(0xffffffffu, lane / 4) == 0xfu << (lane / 4 * 4)
+                       && __match_any_sync(0xffffffffu, (float)(lane / 8)) == 0xffu << (lane / 8 * 8)
+                       && all == 0xffffffffu && same && none == 0u && !differ;
+    for (unsigned int step = 1; step < 32; step *= 2) v += __shfl_xor_sync(0xffffffffu, v, step);
+    if (lane == 0) warp_sums[warp] = right ? v : -1.0e30f;
     __syncthreads();
-    for (unsigned int s = blockDim.x / 2; s > 32; s >>= 1) {
-        if (tid < s) sdata[tid] += sdata[tid + s];
-        __syncthreads();
-    }
-    if (tid < 32) {
-        float v = sdata[tid] + sdata[tid + 32];
-        unsigned int quads = __match_any_sync(0xffffffffu, tid / 4);
-        unsigned int octets = __match_any_sync(0xffffffffu, (float)(tid / 8));
-        int same = 0;
-        unsigned int all = __match_all_sync(0xffffffffu, 7u, &same);
-        int differ = 1;
-        unsigned int none = __match_all_sync(0xffffffffu, tid, &differ);
-        bool right = quads == 0xfu << (tid / 4 * 4) && octets == 0xffu << (tid / 8 * 8) && all == 0xffffffffu
-                     && same && none == 0u && !differ;
-        v = right ? v : -1.0e30f;
-        for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
-        if (tid == 0) g_out[blockIdx.x] = v;
+    if (threadIdx.x == 0) {
+        float total = 0.0f;
+        for (unsigned int w = 0; w < blockDim.x / 32; ++w) total += warp_sums[w];
+        g_out[blockIdx.x] = total;
     }
 }

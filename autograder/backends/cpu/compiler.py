@@ -182,12 +182,6 @@ def _precompile(toolchain: Toolchain, flags: tuple[str, ...], folder: Path) -> N
             made.mkdir()  # for the TemporaryDirectory to remove
 
 
-def prelude_flags(preludes: dict[str, Path], build: str) -> tuple[str, ...]:
-    """The flags that put the prelude before a kernel in `build`: its precompiled header where there is one."""
-    folder = preludes.get(build)
-    return PRELUDE_FLAGS if folder is None else ("-include", str(folder / PRELUDE), "-I", str(RUNTIME_DIR))
-
-
 def _prelude_files(folder: Path) -> dict[str, Path]:
     return {"header": folder / PRELUDE, "gch": folder / f"{PRELUDE}.gch"}
 
@@ -277,7 +271,8 @@ def compile_kernel(
         (build / SOURCE_NAME).write_text(text)
 
         def base(build: str) -> list[str]:
-            prelude = () if rewritten.preprocessed else prelude_flags(preludes, build)  # else the text holds it
+            # The header beside its .gch where it is precompiled; preprocessed text holds the prelude already.
+            prelude = () if rewritten.preprocessed else prelude_flags(preludes.get(build, RUNTIME_DIR))
             return [toolchain.compiler, *BUILD_FLAGS[build], *prelude]
 
         def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -307,7 +302,14 @@ def compile_kernel(
 
 COMPILE_SECONDS = 60.0
 PRELUDE = "ag_prelude.h"
-PRELUDE_FLAGS = ("-include", str(RUNTIME_DIR / PRELUDE), "-I", str(RUNTIME_DIR))
+
+
+def prelude_flags(folder: Path = RUNTIME_DIR) -> tuple[str, ...]:
+    """The flags that put the prelude, the copy in `folder`, before a kernel; its own headers are the runtime's."""
+    return ("-include", str(folder / PRELUDE), "-I", str(RUNTIME_DIR))
+
+
+PRELUDE_FLAGS = prelude_flags()
 
 
 def _preprocess(toolchain: Toolchain, sandbox: Sandbox, text: str, source: KernelSource) -> str:

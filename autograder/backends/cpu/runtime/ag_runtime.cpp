@@ -694,7 +694,6 @@ unsigned long long source_value(unsigned int warp, const Thread &t, unsigned int
     return g.threads[warp * 32 + source].value;
 }
 
-// Complete the warp collective of `warp` if every lane it needs has arrived. Returns whether it did.
 // The lanes of `t`'s mask that took part with the same value as `t` (bit for bit, as __match_*_sync compare).
 unsigned int matching(unsigned int warp, const Thread &t, unsigned int arrived) {
     unsigned int lanes = 0;
@@ -703,6 +702,7 @@ unsigned int matching(unsigned int warp, const Thread &t, unsigned int arrived) 
     return lanes;
 }
 
+// Complete the warp collective of `warp` if every lane it needs has arrived. Returns whether it did.
 bool complete_collective(unsigned int warp) {
     unsigned int arrived = 0, needed = 0;
     for (unsigned int lane = 0; lane < 32; ++lane) {
