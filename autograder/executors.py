@@ -19,11 +19,16 @@ What a kernel can reach in a kept worker, and why no later student's verdict can
   every buffer is freed and every module unloaded, the timing helper's too (`verify.forget`).
 - A kernel still running when its student ends: every call waits for its kernels, and one that does not end is
   a timeout, which stops the worker. A sticky error (an illegal address, a trap) stops the worker too.
-- Writes out of bounds that could land in memory the context keeps: after a student with any out-of-bounds or
-  output-guard finding, or a kernel that crashed or timed out (on any checker), its main worker is not kept.
-  Such kernels never run in a shared compute-sanitizer session: one caught straying is not sanitized at all,
-  one that crashed runs in sessions of the student's own (autograder.pipeline.sanitize, autograder.sanitizer),
-  and memcheck stops a kernel at its first access outside an allocation, ending its process.
+- Writes out of bounds that could land in memory the context keeps: after a student with any out-of-bounds
+  write or output-guard finding, or a kernel that crashed or timed out (on any checker), its main worker is not
+  kept. A kernel seen only reading out of bounds (`i <= n`, common in a class) leaves it kept: a read changes no
+  memory, and the CPU analysis tells reads from writes (`Finding.reads_only`); its first stray write of a launch
+  is told even past its limit of findings, so stray reads cannot hide one. What no checker saw, such as a write
+  far out of bounds only on the graded inputs, is the same risk as for a kernel with no finding: the canary
+  below, and fresh buffers filled before use, are what stand against it.
+  No kernel caught straying runs in a shared compute-sanitizer session: it is not sanitized at all; one that
+  crashed runs in sessions of the student's own (autograder.pipeline.sanitize, autograder.sanitizer); and
+  memcheck stops a kernel at its first access outside an allocation, ending its process.
 - After every student, a canary: the reference shuffle kernel must give the exact sum of a fixed input in the
   kept GPU worker, else the worker is stopped.
 - A kept worker serves at most MAX_STUDENTS students, so its CPU-time limit is never reached in a later

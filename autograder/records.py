@@ -81,6 +81,15 @@ class Finding:
     line: int | None = None
     thread: str | None = None  # e.g. "block (3,0,0) thread (35,0,0)"
     kernel: str | None = None
+    # out_of_bounds: every stray access it stands for was a read, as its checker knows (the CPU analysis tells;
+    # compute-sanitizer's findings do not, and count as writes). A read out of bounds changes no memory, so its
+    # GPU worker may still serve a later student (autograder.executors).
+    reads_only: bool = False
+
+
+def merged(old: Finding | None, new: Finding) -> Finding:
+    """One finding for two of the same kind and line: `new`, unless only `old` stands for a write."""
+    return old if old is not None and new.reads_only and not old.reads_only else new
 
 
 FINDING_KINDS = (

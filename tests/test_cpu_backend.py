@@ -252,6 +252,35 @@ def test_missing_bounds_check_is_out_of_bounds_with_buffer_offset_and_thread(cpu
     assert finding.thread == "block (3,0,0) thread (232,0,0)"
 
 
+def test_a_stray_read_is_told_from_a_stray_write(cpu: CpuBackend) -> None:
+    # A read out of bounds changes no memory, so the GPU worker of its student may serve the next one.
+    kernel = cpu.compile(source("bug_missing_bounds"), get_stage("sequential"))
+    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    [finding] = [f for f in cpu.findings() if f.kind == "out_of_bounds"]
+    assert finding.reads_only
+    # A write out of bounds on a line of its own, and on a line that also reads out of bounds.
+    text = source("bug_missing_bounds").text.replace("g_in[i]", "(i < n) ? g_in[i] : 0.0f")
+    for stray in ("if (tid == 0) g_out[gridDim.x + 1] = 1.0f;", "if (tid == 0) g_out[gridDim.x + 1] = g_in[n + 1];"):
+        written = text.replace("    __syncthreads();\n", f"    {stray}\n    __syncthreads();\n", 1)
+        kernel = cpu.compile(KernelSource(written, LOCATION), get_stage("sequential"))
+        reduce_unchecked(cpu, kernel, np.ones(1000, np.float32), (1000,))
+        [finding] = [f for f in cpu.findings() if f.kind == "out_of_bounds"]
+        assert not finding.reads_only and "writes g_out[" in finding.message, stray
+
+
+def test_more_stray_reads_than_a_launch_reports_cannot_hide_a_stray_write(cpu: CpuBackend) -> None:
+    reads = "".join(f"        total += g_in[n + {k}];\n" for k in range(300))  # 300 places: past the 256 told
+    hiding = f"    if (i == 0) {{\n        float total = 0.0f;\n{reads}        g_out[gridDim.x + 1] = total;\n    }}\n"
+    text = source("bug_missing_bounds").text.replace("g_in[i]", "(i < n) ? g_in[i] : 0.0f")
+    text = text.replace("    __syncthreads();\n", hiding + "    __syncthreads();\n", 1)
+    kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("sequential"))
+    reduce_unchecked(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    strays = [f for f in cpu.findings() if f.kind == "out_of_bounds"]
+    assert len(strays) > 200 and sum(f.reads_only for f in strays) == len(strays) - 1
+    [write] = [f for f in strays if not f.reads_only]
+    assert write.line == text[: text.index("g_out[gridDim.x + 1]")].count("\n") + LOCATION.first_line
+
+
 def test_a_shared_variable_of_a_struct_defined_in_its_declaration_is_race_checked(cpu: CpuBackend) -> None:
     text = source("shared_struct_types").text
     barrier = "        slots[1].owner = 0;\n    }\n    __syncthreads();\n"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+from autograder.pipeline.work import joined
 from autograder.records import (
     CaseResult,
     CompilerMessage,
@@ -15,6 +16,7 @@ from autograder.records import (
     StudentResult,
     Timing,
     from_dict,
+    merged,
     to_dict,
 )
 
@@ -63,3 +65,17 @@ def test_enums_are_written_by_value() -> None:
     data = to_dict(sample())
     assert data["stages"][0]["status"] == "correct"
     assert data["stages"][0]["performance"]["verdict"] == "fast_enough"
+
+
+def test_findings_of_one_line_stand_for_a_write_where_any_checker_saw_one() -> None:
+    read = Finding("out_of_bounds", "thread (0,0,0) reads g_in[1000]", 7, reads_only=True)
+    write = Finding("out_of_bounds", "thread (0,0,0) writes g_out[4]", 7)  # or a checker that cannot tell
+    assert merged(None, read) is read and merged(read, read) is read
+    assert merged(read, write) is write and merged(write, read) is write
+    for order in ((read, write), (write, read)):
+        [finding] = joined(*((f,) for f in order))
+        assert finding is write
+    assert joined((read,), (Finding("out_of_bounds", "elsewhere", 8, reads_only=True),)) == (
+        read,
+        Finding("out_of_bounds", "elsewhere", 8, reads_only=True),
+    )

@@ -58,8 +58,11 @@ def strayed(item: StageWork) -> bool:
 
 
 def unsafe(item: StageWork) -> bool:
-    """Whether a stage's kernel is not known to be memory-safe: it crashed, hung, or strayed out of a buffer."""
-    return item.result.status in (Status.CRASHED, Status.TIMEOUT) or strayed(item)
+    """Whether a stage's kernel is not known to be memory-safe: it crashed, hung, or may have written out of a
+    buffer. A kernel seen only reading out of bounds is safe in this sense: a read changes no memory."""
+    return item.result.status in (Status.CRASHED, Status.TIMEOUT) or any(
+        f.kind in UNSAFE_KINDS and not f.reads_only for f in item.result.findings
+    )
 
 
 def _sanitized(

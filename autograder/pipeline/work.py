@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from autograder.records import Build, Finding, KernelSource, StageResult
+from autograder.records import Build, Finding, KernelSource, StageResult, merged
 from autograder.stages import Stage
 
 GPU_WAIT = "gpu wait"  # the phase of waiting for the GPU: for a timing to end, or for correctness runs to end
@@ -57,8 +57,9 @@ class StageWork:
 
 
 def collect(findings: dict[tuple, Finding], new: tuple[Finding, ...]) -> None:
-    """Add findings, one per kind and line."""
-    findings.update({(f.kind, f.line): f for f in new})
+    """Add findings, one per kind and line: the latest, or one that stands for a write (records.merged)."""
+    for finding in new:
+        findings[finding.kind, finding.line] = merged(findings.get((finding.kind, finding.line)), finding)
 
 
 def distinct(findings: dict[tuple, Finding]) -> tuple[Finding, ...]:

@@ -48,6 +48,15 @@ ATTACKS = {
     "sticky_error": ("first_add", (KNOWN / "far_out_of_bounds_write.cu").read_text(), False),
     # Never ends.
     "never_ends": ("naive", (KNOWN / "infinite_loop.cu").read_text(), False),
+    # Reads one past its input, the commonest bug of a class: a read changes no memory, so the worker is kept.
+    "reads_past_its_input": ("sequential", mutant("sequential", "(i < n)", "(i <= n)"), True),
+    # Hides a write out of bounds behind more reads out of bounds than the CPU analysis tells of one launch. The
+    # write puts back what it read, so the output guards see nothing: only the analysis can tell it wrote.
+    "hides_a_write_behind_stray_reads": ("first_add", mutant("first_add", "    sdata[tid] = sum;\n", (
+        "    if (i == 0) {\n        float total = 0.0f, kept = g_out[gridDim.x + 1];\n"
+        + "".join(f"        total += g_in[n + {k}];\n" for k in range(300))
+        + "        if (total == -1.0e30f) kept = total;\n        g_out[gridDim.x + 1] = kept;\n    }\n"
+        "    sdata[tid] = sum;\n")), False),
 }
 
 

@@ -25,7 +25,16 @@ import numpy as np
 from autograder.backends.base import Backend, Buffer, Kernel
 from autograder.backends.cpu.compiler import Toolchain, build_shared_objects, prepare_toolchain
 from autograder.errors import CompileError, KernelFault
-from autograder.records import FINDING_KINDS, Build, DeviceInfo, Finding, KernelMetrics, KernelSource, LineMetric
+from autograder.records import (
+    FINDING_KINDS,
+    Build,
+    DeviceInfo,
+    Finding,
+    KernelMetrics,
+    KernelSource,
+    LineMetric,
+    merged,
+)
 from autograder.sandbox import Sandbox
 from autograder.stages import Stage, get_stage
 
@@ -68,6 +77,7 @@ class _Finding(ctypes.Structure):
         ("line", ctypes.c_int),
         ("pc", ctypes.c_uint),
         ("kernel_id", ctypes.c_int),
+        ("writes", ctypes.c_int),
         ("thread", ctypes.c_char * 64),
         ("message", ctypes.c_char * 512),
     ]
@@ -300,10 +310,10 @@ class CpuBackend(Backend):
 
     def _collect_findings(self) -> list[Finding]:
         raw = [self._runtime.ag_finding(i).contents for i in range(self._runtime.ag_finding_count())]
-        records = [(r.kind, r.line, r.pc, r.kernel_id, r.thread.decode(), r.message.decode()) for r in raw]
+        records = [(r.kind, r.line, r.pc, r.kernel_id, r.writes, r.thread.decode(), r.message.decode()) for r in raw]
         self._runtime.ag_clear_findings()
         new = []
-        for kind, line, pc, kernel_id, thread, message in records:
+        for kind, line, pc, kernel_id, writes, thread, message in records:
             compiled = self._kernels[kernel_id]
             offsets = [int(x, 16) for x in re.findall(r"\{pc:([0-9a-f]+)\}", message)]
             if pc:
@@ -316,10 +326,11 @@ class CpuBackend(Backend):
                 line=compiled.source.cell_line(source_line),
                 thread=thread or None,
                 kernel=compiled.name,
+                reads_only=RUNTIME_KINDS[kind] == "out_of_bounds" and not writes,
             )
             key = (finding.kind, finding.line, finding.kernel)
-            if key not in self._findings:
-                self._findings[key] = finding
+            first = self._findings.get(key)
+            self._findings[key] = finding if first is None else merged(finding, first)  # the first, or a write
             new.append(finding)
         return new
 

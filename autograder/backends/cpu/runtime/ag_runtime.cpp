@@ -80,6 +80,7 @@ struct AgFinding {
     int line;         // kernel-source line, or 0
     unsigned int pc;  // offset in the instrumented library, or 0
     int kernel_id;
+    int writes;       // OUT_OF_BOUNDS: the access wrote (a store or an atomic); 0: it read, or another kind
     char thread[64];
     char message[512];
 };
@@ -207,6 +208,7 @@ struct State {
     // results
     std::vector<AgFinding> findings;
     std::unordered_set<std::uint64_t> seen;
+    bool stray_write_told = false;  // this launch reported a write out of bounds
     std::map<MetricKey, std::pair<unsigned long long, unsigned long long>> metrics;
     std::map<int, std::pair<unsigned long long, unsigned long long>> divergence;
     std::vector<SharedRecord> records;
@@ -229,16 +231,21 @@ std::string describe_thread(const Thread &t) {
     return text;
 }
 
-void report(int kind, int line, std::uint32_t pc, const std::string &thread, const std::string &message) {
+// `writes`: an out-of-bounds access that wrote. The first of a launch is told even past the limit of findings,
+// so that reads out of bounds cannot hide one (a write out of bounds keeps a GPU worker from a later student).
+void report(int kind, int line, std::uint32_t pc, const std::string &thread, const std::string &message,
+            bool writes = false) {
     // One report per kind and place; Python merges places that share a source line.
     std::uint64_t key = (static_cast<std::uint64_t>(kind) << 40) | (static_cast<std::uint64_t>(line) << 32) | pc;
     if (!g.seen.insert(key).second) return;
-    if (g.findings.size() >= kMaxFindingsPerLaunch) return;
+    if (g.findings.size() >= kMaxFindingsPerLaunch && !(writes && !g.stray_write_told)) return;
+    g.stray_write_told = g.stray_write_told || writes;
     AgFinding f{};
     f.kind = kind;
     f.line = line;
     f.pc = pc;
     f.kernel_id = g.launch.kernel_id;
+    f.writes = writes;
     std::snprintf(f.thread, sizeof f.thread, "%s", thread.c_str());
     std::snprintf(f.message, sizeof f.message, "%s", message.c_str());
     g.findings.push_back(f);
@@ -455,7 +462,7 @@ void shared_access(std::size_t offset, std::size_t size, bool write, bool atomic
             std::snprintf(message, sizeof message,
                           "thread (%u,%u,0) %s %s at {pc:%x}, past the end of the __shared__ array",
                           t.idx.x, t.idx.y, verb(write), place_text({-1, offset}).c_str(), pc);
-        report(OUT_OF_BOUNDS, 0, pc, describe_thread(t), message);
+        report(OUT_OF_BOUNDS, 0, pc, describe_thread(t), message, write);
         return;
     }
     if (g.measuring && !atomic) record_request(pc, offset);
@@ -478,7 +485,7 @@ void global_access(Buffer &b, char *address, std::size_t size, bool write, bool 
                       "thread (%u,%u,0) %s {arg:%d}[%lld] at {pc:%x}, outside the %zu values of {arg:%d}: "
                       "check the index against n before the access",
                       t.idx.x, t.idx.y, verb(write), b.arg, first, pc, b.count, b.arg);
-        report(OUT_OF_BOUNDS, 0, pc, describe_thread(t), message);
+        report(OUT_OF_BOUNDS, 0, pc, describe_thread(t), message, write);
         return;
     }
     Cell *cells = buffer_cells(b);
@@ -1117,6 +1124,7 @@ int ag_launch(const AgLaunch *launch) {
     gridDim = {launch->grid[0], launch->grid[1], 1};
     g.launch_gen++;
     g.seen.clear();
+    g.stray_write_told = false;
     g.published.clear();
     g.nactive = 0;
     for (int k = 0; k < launch->nargs && g.nactive < 8; ++k) {
