@@ -318,11 +318,16 @@ def _worker_options(backend: str, options: dict[str, Any]) -> tuple[dict[str, An
     """The options with what the grader decides made explicit, and the files of the grader's cache the worker
     must read. A sandboxed worker starts with an empty environment, its own home and a read-only view, so the
     CPU backend's runtime is built here first, and the worker is told which one (fibers kind and cache); a GPU
-    worker is handed the timing helper, compiled once here. `auto` gets both: the worker takes what its
-    backend takes (autograder.backends.create_backend)."""
+    worker is handed the timing helper, compiled once here, and may read the timing inputs the grader publishes.
+    `auto` gets both: the worker takes what its backend takes (autograder.backends.create_backend)."""
+    readable: tuple[Path, ...] = ()
     if backend in ("gpu", "auto"):
         options = _with_timing_helper(options)
-    return _with_cpu_runtime(options) if backend in ("cpu", "auto") else (options, ())
+        readable = _timing_inputs()
+    if backend in ("cpu", "auto"):
+        options, runtime = _with_cpu_runtime(options)
+        readable += runtime
+    return options, readable
 
 
 def _with_timing_helper(options: dict[str, Any]) -> dict[str, Any]:
@@ -333,6 +338,19 @@ def _with_timing_helper(options: dict[str, Any]) -> dict[str, Any]:
         return {**options, "hold": hold_ptx(nvcc)} if nvcc else options
     except GraderError:
         return options  # the worker's backend says why when it starts
+
+
+def _timing_inputs() -> tuple[Path, ...]:
+    """The folder of timing inputs the grader publishes (autograder.timing.publish_input), made now so that it can
+    be bound: the worker reads them rather than drawing its own."""
+    from autograder.timing import input_folder
+
+    folder = input_folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return ()  # not writable here: the worker draws its own
+    return (folder,)
 
 
 def _with_cpu_runtime(options: dict[str, Any]) -> tuple[dict[str, Any], tuple[Path, ...]]:

@@ -9,8 +9,12 @@ until every kernel's relative standard error is below the target, or a cap is re
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 import time
+from contextlib import suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -114,26 +118,75 @@ def time_interleaved(
 # The timing input of a worker, kept between stages: drawing 2^26 floats and summing them in float64 took most
 # of a stage's timing before (0.6 s of 1 s), although the GPU's own work is a few milliseconds.
 _INPUTS: dict[tuple[int, tuple[int, ...]], tuple[np.ndarray, Sums | float]] = {}  # with its sums, or its max
+KEPT_INPUTS = 4  # published timing inputs a machine keeps (256 MiB each), the most recent
 
 
-def prepare_timing(backend: Backend, stage_ids: tuple[str, ...], settings: TimingSettings, seed: int) -> None:
-    """Draw the timing inputs of these stages and their expected results now, in the worker, before the grader
-    takes the GPU alone for the timing: seconds of host work that need not hold the GPU."""
+def input_folder() -> Path:
+    """Where the grader publishes the timing inputs for its GPU workers, which may read it (autograder.isolation)."""
+    root = os.environ.get("AUTOGRADER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autograder"
+    )
+    return Path(root) / "timing-inputs"
+
+
+def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) -> Path | None:
+    """The timing input of `seed` and `size` as a file, drawn once per machine: by the grading process, not by
+    each new GPU worker (2 x 2^26 values: seconds of a core at each worker's start). None where it cannot be
+    written: each worker then draws it itself."""
+    folder = folder or input_folder()
+    path = folder / f"{seed}-{'x'.join(map(str, size))}.npy"
+    if path.is_file():
+        return path
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as directory:
+            part = Path(directory) / path.name
+            np.save(part, draw("random", math.prod(size), seed), allow_pickle=False)
+            part.chmod(0o644)  # the sandboxed workers read it
+            os.replace(part, path)  # whole or absent, for graders that publish it at the same time
+    except OSError:
+        return None
+    with suppress(OSError):  # another grader may be removing the same files
+        for old in sorted(folder.glob("*.npy"), key=lambda p: p.stat().st_mtime, reverse=True)[KEPT_INPUTS:]:
+            old.unlink(missing_ok=True)  # a worker that has it open keeps reading it
+    return path
+
+
+def prepare_timing(
+    backend: Backend, stage_ids: tuple[str, ...], settings: TimingSettings, seed: int, published: Path | None = None
+) -> None:
+    """Read the timing inputs of these stages (`published` where the grader drew them, else drawn here) and their
+    expected results now, in the worker, before the grader takes the GPU alone for the timing: host work that
+    need not hold the GPU."""
     for stage_id in stage_ids:
         stage = get_stage(stage_id)
-        _timing_input(seed, settings.size_of(stage.shape), stage)
+        _timing_input(seed, settings.size_of(stage.shape), stage, published)
 
 
-def _timing_input(seed: int, size: tuple[int, ...], stage: Stage) -> tuple[np.ndarray, float, float]:
+def _timing_input(
+    seed: int, size: tuple[int, ...], stage: Stage, published: Path | None = None
+) -> tuple[np.ndarray, float, float]:
     """The input of `size` drawn from `seed`, and its expected result and tolerance for `stage`."""
     if (seed, size) not in _INPUTS:
-        data = draw("random", math.prod(size), seed)
+        data = _published(published, size) if published else None
+        if data is None:
+            data = draw("random", math.prod(size), seed)
         _INPUTS[seed, size] = data, Sums.of(data) if stage.shape is Shape.SUM_1D else float(data.max())
     data, sums = _INPUTS[seed, size]
     if isinstance(sums, float):
         return data, sums, 0.0  # a max is exact in any order
     # The tolerance hardly moves as single values change, so it is computed once for an input.
     return data, sums.exact, sums.tolerance(stage)
+
+
+def _published(path: Path, size: tuple[int, ...]) -> np.ndarray | None:
+    """The published input at `path`, mapped copy-on-write (the checker changes values of its own copy), or None
+    where it is not one of `size`. Its expected result is computed here from what was read, never taken on trust."""
+    try:
+        data = np.load(path, mmap_mode="c", allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    return data if data.dtype == np.float32 and data.shape == (math.prod(size),) else None
 
 
 class _Checker:

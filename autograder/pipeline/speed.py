@@ -15,7 +15,7 @@ from autograder.records import KernelSource, Performance, PerfVerdict, StageResu
 from autograder.references import reference_source
 from autograder.rubric import judge_speed
 from autograder.stages import Shape, Stage, get_stage
-from autograder.timing import TimedKernel, WrongTimedResult, prepare_timing, time_interleaved
+from autograder.timing import TimedKernel, WrongTimedResult, prepare_timing, publish_input, time_interleaved
 
 
 def time_stages(
@@ -76,7 +76,8 @@ def _time_group(
     try:
         # The inputs are drawn first, and the worker started: host work that need not hold the GPU.
         with run.shared_phase("timing input", group):
-            run.worker.call(prepare_timing, tuple(compared), timing, seed, timeout=limit)
+            published = publish_input(seed, timing.size_of(group[0].stage.shape))
+            run.worker.call(prepare_timing, tuple(compared), timing, seed, published, timeout=limit)
         with run.shared_phase("timing", group), run.gate(exclusive=True):
             measured = run.worker.call(time_interleaved, tuple(kernels.values()), timing, seed, timeout=limit)
     except WrongTimedResult as error:

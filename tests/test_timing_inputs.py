@@ -1,0 +1,90 @@
+"""The timing input, drawn once per machine by the grader and read by every GPU worker it starts
+(autograder.timing.publish_input): the same values as a worker's own draw, never changed by a worker's timing."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autograder import timing
+from autograder.backends.cpu import CpuBackend
+from autograder.isolation import Worker
+from autograder.references import reference_source
+from autograder.timing import TimedKernel, TimingSettings, prepare_timing, publish_input, time_interleaved
+from autograder.verify import draw
+
+SEED = 20261125
+SETTINGS = TimingSettings(n=1 << 16, max2d_shape=(64, 64), warmup=1, min_repetitions=3, max_repetitions=5)
+SIZE = (1 << 16,)
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def no_inputs_kept():
+    timing._INPUTS.clear()
+    yield
+    timing._INPUTS.clear()
+
+
+def kept_input(backend, seed: int, size: tuple[int, ...]) -> tuple[bool, str]:
+    """In a worker: whether its timing input of `seed` and `size` is the published file's mapping, and a digest
+    of its values."""
+    data = timing._INPUTS[seed, size][0]
+    return isinstance(data, np.memmap), digest(data)
+
+
+def digest(values: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest()
+
+
+def test_the_grader_draws_a_timing_input_once_as_a_worker_would(tmp_path: Path) -> None:
+    path = publish_input(SEED, SIZE, tmp_path)
+    assert path is not None and np.array_equal(np.load(path), draw("random", SIZE[0], SEED))
+    written = path.stat().st_mtime_ns
+    assert publish_input(SEED, SIZE, tmp_path) == path and path.stat().st_mtime_ns == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing half-written beside it
+
+
+def test_only_the_latest_inputs_are_kept(tmp_path: Path) -> None:
+    paths = [publish_input(seed, (1024,), tmp_path) for seed in range(timing.KEPT_INPUTS + 2)]
+    assert sorted(tmp_path.iterdir()) == sorted(p for p in paths[-timing.KEPT_INPUTS :] if p)
+
+
+def test_where_it_cannot_be_written_each_worker_draws_its_own(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("")
+    assert publish_input(SEED, SIZE, tmp_path / "a_file" / "inputs") is None
+
+
+def test_timing_reads_the_published_input_and_changes_only_its_own_copy(tmp_path: Path, cache_dir: Path) -> None:
+    path = publish_input(SEED, SIZE, tmp_path)
+    backend = CpuBackend(cache_dir=cache_dir)
+    kernels = tuple(
+        TimedKernel(f"reference {stage_id}", stage_id, reference_source(stage_id)) for stage_id in ("naive", "shuffle")
+    )
+    prepare_timing(backend, ("naive", "shuffle"), SETTINGS, SEED, path)
+    mapped, _ = kept_input(backend, SEED, SIZE)
+    assert mapped
+    # Every call changes a value of the input and checks the result against it.
+    measured = time_interleaved(backend, kernels, SETTINGS, SEED)
+    assert [t.repetitions >= 3 for t in measured] == [True, True]
+    assert np.array_equal(np.load(path), draw("random", SIZE[0], SEED))
+
+
+def test_a_published_file_of_another_size_is_not_taken(tmp_path: Path, cache_dir: Path) -> None:
+    path = publish_input(SEED, (1024,), tmp_path)
+    prepare_timing(CpuBackend(cache_dir=cache_dir), ("naive",), SETTINGS, SEED, path)
+    mapped, values = kept_input(None, SEED, SIZE)
+    assert not mapped and values == digest(draw("random", SIZE[0], SEED))
+
+
+def test_a_sandboxed_worker_reads_the_published_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOGRADER_CACHE_DIR", str(tmp_path))  # the worker is bound the folder of this cache
+    path = publish_input(SEED, SIZE)
+    assert path is not None and path.parent == timing.input_folder()
+    with Worker("auto", readable=(TESTS,)) as worker:  # on a machine without a GPU, the CPU backend
+        worker.call(prepare_timing, ("naive",), SETTINGS, SEED, path, timeout=60)
+        mapped, values = worker.call(kept_input, SEED, SIZE, timeout=60)
+    assert mapped and values == digest(draw("random", SIZE[0], SEED))
