@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from functools import cache
@@ -193,8 +194,14 @@ class Sandbox:
     def start_worker(
         self, argv: Sequence[str], *, log: Path, channel: socket.socket, gpu: bool, readable: Sequence[Path] = ()
     ) -> subprocess.Popen[bytes]:
-        """Start a worker process that talks over `channel` and writes its output to `log`."""
+        """Start a worker process that talks over `channel` and writes its output to `log`. From any thread: the
+        process is started by the grader's starting thread (`_STARTER`), so it outlives the caller's thread."""
         self.require()
+        return _STARTER.submit(self._start_worker, argv, log, channel, gpu, readable).result()
+
+    def _start_worker(
+        self, argv: Sequence[str], log: Path, channel: socket.socket, gpu: bool, readable: Sequence[Path]
+    ) -> subprocess.Popen[bytes]:
         with self._filter() as seccomp_fd, open(log, "ab") as output:
             fds = (channel.fileno(),) if seccomp_fd is None else (channel.fileno(), seccomp_fd)
             return subprocess.Popen(
@@ -209,6 +216,13 @@ class Sandbox:
 
     def _filter(self) -> AbstractContextManager[int | None]:
         return _seccomp_program(self.enabled)
+
+
+# The thread that starts every worker. `--die-with-parent` ends a process when the *thread* that started it ends
+# (the kernel's parent-death signal follows the thread, not the process), so a worker started ahead from a pool's
+# thread, to serve later calls or later students, died with that thread and was started again: a second CUDA
+# context, and a second interpreter, for a student. This thread lives as long as the grader.
+_STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autograder-starter")
 
 
 @contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,6 +49,17 @@ def worker():
 def test_a_call_runs_in_the_child_with_the_backend(worker: Worker) -> None:
     assert worker.call(backend_name, timeout=30) == "cpu"
     assert worker.device.backend == "cpu"
+
+
+def test_a_worker_started_ahead_from_a_thread_outlives_the_thread(worker: Worker) -> None:
+    # The sandbox ends a process when the thread that started it ends (--die-with-parent): a worker started
+    # ahead from a pool's thread must still be there for the calls that follow, with no second start.
+    ahead = threading.Thread(target=worker.start)
+    ahead.start()
+    ahead.join()
+    time.sleep(0.5)  # a parent-death signal, had one been sent, has arrived
+    assert worker.alive
+    assert worker.call(backend_name, timeout=30) == "cpu" and worker.restarts == 0
 
 
 def test_a_hang_is_stopped_and_the_next_call_gets_a_fresh_worker(worker: Worker) -> None:
