@@ -225,6 +225,14 @@ class Sandbox:
 _STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autograder-starter")
 
 
+def _new_starter() -> None:
+    global _STARTER
+    _STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autograder-starter")
+
+
+os.register_at_fork(after_in_child=_new_starter)  # a forked child has none of its parent's threads
+
+
 @contextmanager
 def _seccomp_program(enabled: bool) -> Iterator[int | None]:
     """The base seccomp program, compiled to BPF in an unlinked file for bubblewrap's --seccomp."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -60,6 +61,19 @@ def test_a_worker_started_ahead_from_a_thread_outlives_the_thread(worker: Worker
     time.sleep(0.5)  # a parent-death signal, had one been sent, has arrived
     assert worker.alive
     assert worker.call(backend_name, timeout=30) == "cpu" and worker.restarts == 0
+
+
+def start_and_call() -> None:
+    with Worker("cpu", readable=(TESTS,)) as worker:
+        assert worker.call(backend_name, timeout=30) == "cpu"
+
+
+def test_a_process_forked_from_the_grader_starts_workers_too(worker: Worker) -> None:
+    worker.start()  # the grader's starting thread exists: a forked child has no such thread, and needs its own
+    child = multiprocessing.get_context("fork").Process(target=start_and_call)
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0
 
 
 def test_a_hang_is_stopped_and_the_next_call_gets_a_fresh_worker(worker: Worker) -> None:
