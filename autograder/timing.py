@@ -8,6 +8,7 @@ until every kernel's relative standard error is below the target, or a cap is re
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import tempfile
@@ -129,31 +130,44 @@ def input_folder() -> Path:
     return Path(root) / "timing-inputs"
 
 
-def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) -> Path | None:
-    """The timing input of `seed` and `size` as a file, drawn once per machine: by the grading process, not by
-    each new GPU worker (2 x 2^26 values: seconds of a core at each worker's start). None where it cannot be
-    written: each worker then draws it itself."""
+def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) -> tuple[Path, str] | None:
+    """The timing input of `seed` and `size` as a file, with the SHA-256 of its values: drawn here once per
+    grading process, and written for its GPU workers, which then read it rather than draw it (2 x 2^26 values:
+    seconds of a core at each worker's start). A file already there is used when its values are the ones drawn
+    here, and written again otherwise (another version's draw, or one left half-written). None where it cannot
+    be written: each worker then draws its own."""
     folder = folder or input_folder()
-    path = folder / f"{seed}-{'x'.join(map(str, size))}.npy"
-    if path.is_file():
-        return path
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=folder) as directory:
-            part = Path(directory) / path.name
-            np.save(part, draw("random", math.prod(size), seed), allow_pickle=False)
-            part.chmod(0o644)  # the sandboxed workers read it
-            os.replace(part, path)  # whole or absent, for graders that publish it at the same time
-    except OSError:
-        return None
-    with suppress(OSError):  # another grader may be removing the same files
-        for old in sorted(folder.glob("*.npy"), key=lambda p: p.stat().st_mtime, reverse=True)[KEPT_INPUTS:]:
-            old.unlink(missing_ok=True)  # a worker that has it open keeps reading it
-    return path
+    key = (seed, size, folder)
+    if key not in _PUBLISHED:
+        path = folder / f"{seed}-{'x'.join(map(str, size))}.npy"
+        data = draw("random", math.prod(size), seed)
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            if _digest_of(path) != digest:
+                folder.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryDirectory(dir=folder) as directory:
+                    part = Path(directory) / path.name
+                    np.save(part, data, allow_pickle=False)
+                    part.chmod(0o644)  # the sandboxed workers read it
+                    os.replace(part, path)  # whole or absent, for graders that publish it at the same time
+            _PUBLISHED[key] = path, digest
+        except OSError:
+            _PUBLISHED[key] = None
+        with suppress(OSError):  # another grader may be removing the same files
+            for old in sorted(folder.glob("*.npy"), key=lambda p: p.stat().st_mtime, reverse=True)[KEPT_INPUTS:]:
+                old.unlink(missing_ok=True)  # a worker that has it open keeps reading it
+    return _PUBLISHED[key]
+
+
+_PUBLISHED: dict[tuple[int, tuple[int, ...], Path], tuple[Path, str] | None] = {}  # by this grading process
 
 
 def prepare_timing(
-    backend: Backend, stage_ids: tuple[str, ...], settings: TimingSettings, seed: int, published: Path | None = None
+    backend: Backend,
+    stage_ids: tuple[str, ...],
+    settings: TimingSettings,
+    seed: int,
+    published: tuple[Path, str] | None = None,
 ) -> None:
     """Read the timing inputs of these stages (`published` where the grader drew them, else drawn here) and their
     expected results now, in the worker, before the grader takes the GPU alone for the timing: host work that
@@ -164,11 +178,11 @@ def prepare_timing(
 
 
 def _timing_input(
-    seed: int, size: tuple[int, ...], stage: Stage, published: Path | None = None
+    seed: int, size: tuple[int, ...], stage: Stage, published: tuple[Path, str] | None = None
 ) -> tuple[np.ndarray, float, float]:
     """The input of `size` drawn from `seed`, and its expected result and tolerance for `stage`."""
     if (seed, size) not in _INPUTS:
-        data = _published(published, size) if published else None
+        data = _published(*published, size) if published else None
         if data is None:
             data = draw("random", math.prod(size), seed)
         _INPUTS[seed, size] = data, Sums.of(data) if stage.shape is Shape.SUM_1D else float(data.max())
@@ -179,14 +193,25 @@ def _timing_input(
     return data, sums.exact, sums.tolerance(stage)
 
 
-def _published(path: Path, size: tuple[int, ...]) -> np.ndarray | None:
+def _digest_of(path: Path) -> str | None:
+    """The SHA-256 of the values of the .npy file at `path`; None where it is not one."""
+    try:
+        return hashlib.sha256(np.load(path, mmap_mode="r", allow_pickle=False)).hexdigest()
+    except (OSError, ValueError):
+        return None
+
+
+def _published(path: Path, digest: str, size: tuple[int, ...]) -> np.ndarray | None:
     """The published input at `path`, mapped copy-on-write (the checker changes values of its own copy), or None
-    where it is not one of `size`. Its expected result is computed here from what was read, never taken on trust."""
+    where it is not the one the grader drew (its SHA-256) or not of `size`. Its expected result is computed here
+    from what was read."""
     try:
         data = np.load(path, mmap_mode="c", allow_pickle=False)
     except (OSError, ValueError):
         return None
-    return data if data.dtype == np.float32 and data.shape == (math.prod(size),) else None
+    if data.dtype != np.float32 or data.shape != (math.prod(size),):
+        return None
+    return data if hashlib.sha256(data).hexdigest() == digest else None
 
 
 class _Checker:

@@ -25,8 +25,10 @@ TESTS = Path(__file__).parent
 @pytest.fixture(autouse=True)
 def no_inputs_kept():
     timing._INPUTS.clear()
+    timing._PUBLISHED.clear()
     yield
     timing._INPUTS.clear()
+    timing._PUBLISHED.clear()
 
 
 def kept_input(backend, seed: int, size: tuple[int, ...]) -> tuple[bool, str]:
@@ -41,16 +43,39 @@ def digest(values: np.ndarray) -> str:
 
 
 def test_the_grader_draws_a_timing_input_once_as_a_worker_would(tmp_path: Path) -> None:
-    path = publish_input(SEED, SIZE, tmp_path)
-    assert path is not None and np.array_equal(np.load(path), draw("random", SIZE[0], SEED))
+    published = publish_input(SEED, SIZE, tmp_path)
+    assert published is not None
+    path, values = published
+    assert np.array_equal(np.load(path), draw("random", SIZE[0], SEED)) and values == digest(np.load(path))
     written = path.stat().st_mtime_ns
-    assert publish_input(SEED, SIZE, tmp_path) == path and path.stat().st_mtime_ns == written
+    timing._PUBLISHED.clear()  # another grading process: the file is there, with the values it draws
+    assert publish_input(SEED, SIZE, tmp_path) == published and path.stat().st_mtime_ns == written
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing half-written beside it
 
 
+@pytest.mark.parametrize("planted", ["other values", "half-written", "another type"])
+def test_a_file_that_is_not_what_the_grader_draws_is_never_read_as_the_input(
+    planted: str, tmp_path: Path, cache_dir: Path
+) -> None:
+    path = tmp_path / f"{SEED}-{SIZE[0]}.npy"
+    values = {"other values": np.full(SIZE, 3e6, np.float32), "another type": np.zeros(SIZE, np.float64)}
+    if planted in values:
+        np.save(path, values[planted])
+    else:
+        np.save(path, draw("random", SIZE[0], SEED))
+        path.write_bytes(path.read_bytes()[:1000])
+    # A worker handed it with the grader's digest draws its own instead.
+    drawn = digest(draw("random", SIZE[0], SEED))
+    prepare_timing(CpuBackend(cache_dir=cache_dir), ("naive",), SETTINGS, SEED, (path, drawn))
+    assert kept_input(None, SEED, SIZE) == (False, drawn)
+    # The grader writes it again.
+    published = publish_input(SEED, SIZE, tmp_path)
+    assert published is not None and np.array_equal(np.load(published[0]), draw("random", SIZE[0], SEED))
+
+
 def test_only_the_latest_inputs_are_kept(tmp_path: Path) -> None:
-    paths = [publish_input(seed, (1024,), tmp_path) for seed in range(timing.KEPT_INPUTS + 2)]
-    assert sorted(tmp_path.iterdir()) == sorted(p for p in paths[-timing.KEPT_INPUTS :] if p)
+    published = [publish_input(seed, (1024,), tmp_path) for seed in range(timing.KEPT_INPUTS + 2)]
+    assert sorted(tmp_path.iterdir()) == sorted(p[0] for p in published[-timing.KEPT_INPUTS :] if p)
 
 
 def test_where_it_cannot_be_written_each_worker_draws_its_own(tmp_path: Path) -> None:
@@ -59,32 +84,33 @@ def test_where_it_cannot_be_written_each_worker_draws_its_own(tmp_path: Path) ->
 
 
 def test_timing_reads_the_published_input_and_changes_only_its_own_copy(tmp_path: Path, cache_dir: Path) -> None:
-    path = publish_input(SEED, SIZE, tmp_path)
+    published = publish_input(SEED, SIZE, tmp_path)
+    assert published is not None
     backend = CpuBackend(cache_dir=cache_dir)
     kernels = tuple(
         TimedKernel(f"reference {stage_id}", stage_id, reference_source(stage_id)) for stage_id in ("naive", "shuffle")
     )
-    prepare_timing(backend, ("naive", "shuffle"), SETTINGS, SEED, path)
+    prepare_timing(backend, ("naive", "shuffle"), SETTINGS, SEED, published)
     mapped, _ = kept_input(backend, SEED, SIZE)
     assert mapped
     # Every call changes a value of the input and checks the result against it.
     measured = time_interleaved(backend, kernels, SETTINGS, SEED)
     assert [t.repetitions >= 3 for t in measured] == [True, True]
-    assert np.array_equal(np.load(path), draw("random", SIZE[0], SEED))
+    assert np.array_equal(np.load(published[0]), draw("random", SIZE[0], SEED))
 
 
 def test_a_published_file_of_another_size_is_not_taken(tmp_path: Path, cache_dir: Path) -> None:
-    path = publish_input(SEED, (1024,), tmp_path)
-    prepare_timing(CpuBackend(cache_dir=cache_dir), ("naive",), SETTINGS, SEED, path)
+    published = publish_input(SEED, (1024,), tmp_path)
+    prepare_timing(CpuBackend(cache_dir=cache_dir), ("naive",), SETTINGS, SEED, published)
     mapped, values = kept_input(None, SEED, SIZE)
     assert not mapped and values == digest(draw("random", SIZE[0], SEED))
 
 
 def test_a_sandboxed_worker_reads_the_published_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOGRADER_CACHE_DIR", str(tmp_path))  # the worker is bound the folder of this cache
-    path = publish_input(SEED, SIZE)
-    assert path is not None and path.parent == timing.input_folder()
+    published = publish_input(SEED, SIZE)
+    assert published is not None and published[0].parent == timing.input_folder()
     with Worker("auto", readable=(TESTS,)) as worker:  # on a machine without a GPU, the CPU backend
-        worker.call(prepare_timing, ("naive",), SETTINGS, SEED, path, timeout=60)
+        worker.call(prepare_timing, ("naive",), SETTINGS, SEED, published, timeout=60)
         mapped, values = worker.call(kept_input, SEED, SIZE, timeout=60)
     assert mapped and values == digest(draw("random", SIZE[0], SEED))

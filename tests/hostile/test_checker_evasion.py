@@ -1,4 +1,6 @@
-"""Kernels that try to slip a race past the CPU backend's checker by confusing its rewrite of shared memory."""
+"""Kernels that try to slip past the CPU backend's checker: a race, by confusing its rewrite of shared memory; a
+write out of bounds, behind a read out of bounds, so that its student would look as if it only read astray and
+keep its GPU worker for the next student (autograder.executors)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import numpy as np
 import pytest
 
 from autograder.backends.cpu import CpuBackend
+from autograder.grade import GradeOptions, _student_run
 from autograder.launch import Plan
-from autograder.records import KernelSource
+from autograder.pipeline.analyse import _on_cpu
+from autograder.records import KernelSource, StageResult, Status
 from autograder.stages import get_stage
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU backend needs g++")
@@ -43,3 +47,64 @@ def test_a_struct_body_s_braces_do_not_hide_a_later_shared_array_from_the_race_c
     finally:
         plan.release()
     assert "race_syncthreads" in {finding.kind for finding in cpu.findings()}
+
+
+# Reads one past its input on every analysis case, and `extra` before the tree.
+STRAY_READ = r"""
+#include <cstring>
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    sdata[tid] = (i <= n) ? g_in[i] : 0.0f;
+    EXTRA
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+}
+"""
+EXTRAS = {
+    "nothing more": ("", True),
+    "a math function": ("if (tid == 0) sdata[0] += 0.0f * logf(fabsf(g_in[0]) + 2.0f);", True),
+    # A library call writes where no instrumented access is (here far past g_out, beyond its guard tail).
+    "a math function that writes through a pointer": (
+        "if (i == 0) { int *e = (int *)(g_out + gridDim.x + 8192); sdata[0] += frexpf(g_in[0], e); }", False
+    ),
+    "a C library call": ("if (i == 0) sdata[0] += (float)strtol((const char *)g_in, 0, 10);", False),
+}
+
+
+@pytest.mark.parametrize("extra", EXTRAS)
+def test_a_read_out_of_bounds_is_trusted_as_all_only_where_every_write_could_be_seen(
+    extra: str, cache_dir: Path
+) -> None:
+    code, trusted = EXTRAS[extra]
+    cpu = CpuBackend(cache_dir=cache_dir)
+    kernel = cpu.compile(KernelSource(STRAY_READ.replace("EXTRA", code)), get_stage("sequential"))
+    plan = Plan.create(cpu, kernel, (1000,), 256)
+    try:
+        plan.load(np.ones(1000, np.float32))
+        plan.run()
+    finally:
+        plan.release()
+    [stray] = [finding for finding in cpu.findings() if finding.kind == "out_of_bounds"]
+    assert stray.reads_only == trusted
+
+
+# Reads one past its input on the small analysis case, and never ends on the larger one, where a write out of
+# bounds could hide: what the analysis did not see to the end cannot vouch for its reads.
+STRAY_READ_THEN_HANG = STRAY_READ.replace("EXTRA", "if (n == 65535) { volatile int spin = 1; while (spin) {} }")
+
+
+@pytest.mark.parametrize("kernel", [STRAY_READ.replace("EXTRA", ""), STRAY_READ_THEN_HANG])
+def test_an_analysis_that_did_not_finish_vouches_for_no_read(kernel: str) -> None:
+    options = GradeOptions(backend="cpu", seed=20261125, case_seconds=5.0)
+    stage = get_stage("sequential")
+    with _student_run(options, None, share=False) as run:
+        result = _on_cpu(run, stage, KernelSource(kernel), StageResult(stage.id, Status.CORRECT, "correct"))
+    strays = [finding for finding in result.findings if finding.kind == "out_of_bounds"]
+    finished = kernel != STRAY_READ_THEN_HANG
+    assert strays and all(finding.reads_only == finished for finding in strays)
+    assert ("did not run" in result.message) != finished

@@ -105,6 +105,7 @@ class _CompiledKernel:
     dynamic_shared_names: tuple[str, ...]
     device_variables: bool
     lines: dict[int, int] = field(default_factory=dict)  # call-site offset -> kernel-source line
+    unchecked_imports: tuple[str, ...] = ("(not recorded)",)  # functions that may write where no check looks
 
     def source_lines(self, offsets: list[int]) -> dict[int, int | None]:
         return {offset: self.lines.get(offset) for offset in offsets}
@@ -223,6 +224,7 @@ class CpuBackend(Backend):
             dynamic_shared_names=tuple(details["dynamic_shared_names"]),
             device_variables=bool(details["device_variables"]),
             lines=dict(details["lines"]),
+            unchecked_imports=tuple(details.get("unchecked_imports", ("(not recorded)",))),
         )
         self._kernels[kernel_id] = compiled
         return Kernel(stage=stage, source=build.source, handle=compiled, warnings=build.warnings)
@@ -326,7 +328,8 @@ class CpuBackend(Backend):
                 line=compiled.source.cell_line(source_line),
                 thread=thread or None,
                 kernel=compiled.name,
-                reads_only=RUNTIME_KINDS[kind] == "out_of_bounds" and not writes,
+                # Only where every write could be seen: a call to memcpy, say, writes past every check.
+                reads_only=RUNTIME_KINDS[kind] == "out_of_bounds" and not writes and not compiled.unchecked_imports,
             )
             key = (finding.kind, finding.line, finding.kernel)
             first = self._findings.get(key)

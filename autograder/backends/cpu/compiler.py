@@ -75,6 +75,7 @@ class KernelBuild:
     device_variables: bool  # the source has __device__ variables: never mix the two builds in one launch
     lines: dict[int, int]  # call-site offset in the instrumented build -> kernel-source line
     hashes: dict[str, str]  # SHA-256 of "checked" and "fast", as recorded when they were built
+    unchecked_imports: tuple[str, ...]  # functions it calls that may write where no bounds check looks
 
 
 def cache_directory() -> Path:
@@ -254,13 +255,16 @@ def compile_kernel(
     names = parameter_names(source.text, stage.kernel_name, 3 if stage.shape is Shape.SUM_1D else 4)
     device_variables = declares_device_variables(source.text)
 
-    def finish(log: str, lines: dict[int, int], hashes: dict[str, str]) -> KernelBuild:
+    def finish(log: str, lines: dict[int, int], hashes: dict[str, str], unchecked: list[str]) -> KernelBuild:
         warnings = tuple(m for m in parse_diagnostics(log, source) if m.severity == "warning")
-        return KernelBuild(checked, plain, warnings, rewritten.dynamic_names, names, device_variables, lines, hashes)
+        return KernelBuild(
+            checked, plain, warnings, rewritten.dynamic_names, names, device_variables, lines, hashes, tuple(unchecked)
+        )
 
     cached = _read_manifest(manifest, files)
     if cached is not None:
-        return finish(cached["log"], {int(pc): line for pc, line in cached["lines"].items()}, cached["files"])
+        lines = {int(pc): line for pc, line in cached["lines"].items()}
+        return finish(cached["log"], lines, cached["files"], cached.get("unchecked", ["(not recorded)"]))
 
     link = ["-L", str(toolchain.runtime.parent), f"-l:{toolchain.runtime.name}",
             f"-Wl,-rpath,{toolchain.runtime.parent}", "-Wl,-z,defs", "-lm"]
@@ -292,12 +296,14 @@ def compile_kernel(
         if linked.returncode != 0:
             raise _compile_error(linked.stderr, source)
         libraries = [f"{name}.so" for name in files]
-        _refuse_forbidden_imports(run(["nm", "-D", "--undefined-only", *libraries]).stdout)
+        imports = _imports(run(["nm", "-D", "--undefined-only", *libraries]).stdout)
+        _refuse_forbidden_imports(imports)
+        unchecked = sorted(name for name in imports if not CHECKED_IMPORT.match(name))
         lines = _line_table(build / "checked.so", run)
         for name, path in files.items():
             _publish(build / f"{name}.so", path)
-        hashes = _write_manifest(manifest, files, compiled[0].stderr, lines)
-    return finish(compiled[0].stderr, lines, hashes)
+        hashes = _write_manifest(manifest, files, compiled[0].stderr, lines, unchecked)
+    return finish(compiled[0].stderr, lines, hashes, unchecked)
 
 
 COMPILE_SECONDS = 60.0
@@ -333,8 +339,24 @@ FORBIDDEN_IMPORT = re.compile(
 )
 
 
-def _refuse_forbidden_imports(nm_output: str) -> None:
-    names = {line.split()[-1].split("@")[0] for line in nm_output.splitlines() if line.strip().startswith("U ")}
+# Imports whose memory accesses the bounds checks still see: the runtime's hooks, the thread-index variables, what
+# the compiler adds, and math functions that write through no pointer. Any other (memcpy, memset, malloc,
+# printf, frexpf, ...) may write where no check looks, so a kernel that calls one is not trusted to have done
+# no more than the stray reads it was seen making (Finding.reads_only).
+CHECKED_IMPORT = re.compile(
+    r"^(__tsan_\w+|__sanitizer_cov_\w+|__ag_\w+|blockIdx|threadIdx|blockDim|gridDim|__gmon_start__|_ITM_\w+|"
+    r"__cxa_finalize|(a?(sin|cos|tan)h?|atan2|exp(2|10|m1)?|log(2|10|1p|b)?|pow|r?sqrt|cbrt|hypot|"
+    r"f(max|min|abs|mod|dim|ma)|floor|ceil|l?l?round|l?l?rint|nearbyint|trunc|remainder|ldexp|scalbl?n|copysign|"
+    r"erfc?|tgamma|ilogb|nextafter)[fl]?)$"
+)
+
+
+def _imports(nm_output: str) -> set[str]:
+    """The functions and variables that `nm --undefined-only` says the libraries import, unversioned."""
+    return {line.split()[-1].split("@")[0] for line in nm_output.splitlines() if line.strip().startswith("U ")}
+
+
+def _refuse_forbidden_imports(names: set[str]) -> None:
     forbidden = sorted(name for name in names if FORBIDDEN_IMPORT.match(name))
     if forbidden:
         summary = (
@@ -363,6 +385,7 @@ def build_shared_objects(
             "dynamic_shared_names": built.dynamic_shared_names,
             "parameter_names": built.parameter_names,
             "device_variables": built.device_variables,
+            "unchecked_imports": built.unchecked_imports,
             "lines": built.lines,
         },
     )
@@ -415,13 +438,16 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _write_manifest(manifest: Path, files: dict[str, Path], log: str, lines: dict[int, int]) -> dict[str, str]:
+def _write_manifest(
+    manifest: Path, files: dict[str, Path], log: str, lines: dict[int, int], unchecked: list[str] | None = None
+) -> dict[str, str]:
     """Record what was built, with each file's hash; written last, so a manifest means a complete build."""
     hashes = {name: sha256_of(path) for name, path in files.items()}
     data = {
         "files": hashes,
         "log": log,
         "lines": {str(pc): line for pc, line in lines.items()},
+        "unchecked": unchecked or [],
     }
     handle, temporary = tempfile.mkstemp(dir=manifest.parent, suffix=".tmp")
     with os.fdopen(handle, "w") as out:
