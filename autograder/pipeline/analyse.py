@@ -42,17 +42,22 @@ def _on_cpu(run: StudentRun, stage: Stage, source: KernelSource, result: StageRe
         finished = True
         metrics = checker.call(kernel_metrics, build, timeout=METRICS_SECONDS)
     except KernelFault as error:
-        seen.append(error.findings)
+        seen.append(error.findings)  # a deadlock's own findings say what stopped it; a crash has none
+        if not error.findings:
+            message = f"{message} (the CPU race analysis stopped: {_first_line(error)})"
     except CompileError:
         # A kernel the CPU backend cannot compile gets that compile error there: the same verdict here, or the
         # analysis could be switched off at will (one hand-in, one verdict: README, "the CPU backend").
         raise
     except GraderError as error:
         # No CPU backend here, or a hang there: the GPU verdict stands alone, and says so.
-        why = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-        message = f"{message} (the CPU race analysis did not run: {why})"
+        message = f"{message} (the CPU race analysis did not run: {_first_line(error)})"
     if not finished:  # a case it did not see to the end may have written astray: its stray reads are not all
         seen = [tuple(replace(f, reads_only=False) for f in found) for found in seen]
     findings = joined(result.findings, *seen)
     advice = hint(stage, result.cases, run.rubric.block_size, findings) if result.hint else None
     return replace(result, message=message, findings=findings, metrics=metrics, hint=advice)
+
+
+def _first_line(error: GraderError) -> str:
+    return str(error).splitlines()[0][:200] if str(error) else type(error).__name__
