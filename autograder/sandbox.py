@@ -222,7 +222,7 @@ class Sandbox:
 # (the kernel's parent-death signal follows the thread, not the process), so a worker started ahead from a pool's
 # thread, to serve later calls or later students, died with that thread and was started again: a second CUDA
 # context, and a second interpreter, for a student. This thread lives as long as the grader.
-_STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autograder-starter")
+_STARTER: ThreadPoolExecutor
 
 
 def _new_starter() -> None:
@@ -230,6 +230,7 @@ def _new_starter() -> None:
     _STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autograder-starter")
 
 
+_new_starter()
 os.register_at_fork(after_in_child=_new_starter)  # a forked child has none of its parent's threads
 
 

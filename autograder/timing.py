@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from autograder.backends.base import Backend
+from autograder.backends.gpu import cache_root
 from autograder.errors import GraderError
 from autograder.launch import Plan
 from autograder.records import Build, KernelSource, Timing
@@ -124,10 +125,7 @@ KEPT_INPUTS = 4  # published timing inputs a machine keeps (256 MiB each), the m
 
 def input_folder() -> Path:
     """Where the grader publishes the timing inputs for its GPU workers, which may read it (autograder.isolation)."""
-    root = os.environ.get("AUTOGRADER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autograder"
-    )
-    return Path(root) / "timing-inputs"
+    return cache_root() / "timing-inputs"
 
 
 def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) -> tuple[Path, str] | None:
@@ -143,7 +141,7 @@ def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) 
         data = draw("random", math.prod(size), seed)
         digest = hashlib.sha256(data).hexdigest()
         try:
-            if _digest_of(path) != digest:
+            if _published(path, digest, size) is None:
                 folder.mkdir(parents=True, exist_ok=True)
                 with tempfile.TemporaryDirectory(dir=folder) as directory:
                     part = Path(directory) / path.name
@@ -191,14 +189,6 @@ def _timing_input(
         return data, sums, 0.0  # a max is exact in any order
     # The tolerance hardly moves as single values change, so it is computed once for an input.
     return data, sums.exact, sums.tolerance(stage)
-
-
-def _digest_of(path: Path) -> str | None:
-    """The SHA-256 of the values of the .npy file at `path`; None where it is not one."""
-    try:
-        return hashlib.sha256(np.load(path, mmap_mode="r", allow_pickle=False)).hexdigest()
-    except (OSError, ValueError):
-        return None
 
 
 def _published(path: Path, digest: str, size: tuple[int, ...]) -> np.ndarray | None:

@@ -106,11 +106,16 @@ def hold_ptx(nvcc: str) -> bytes:
         return (folder / "hold.ptx").read_bytes() + b"\0"
 
 
-def _cache_dir() -> Path:
+def cache_root() -> Path:
+    """The grader's cache for GPU grading: `$AUTOGRADER_CACHE_DIR`, else `~/.cache/autograder`."""
     root = os.environ.get("AUTOGRADER_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autograder"
     )
-    return Path(root) / "cubin"
+    return Path(root)
+
+
+def _cache_dir() -> Path:
+    return cache_root() / "cubin"
 
 
 def parse_nvcc_output(output: str, source: KernelSource, severity: str | None = None) -> tuple[CompilerMessage, ...]:

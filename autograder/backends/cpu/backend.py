@@ -104,8 +104,8 @@ class _CompiledKernel:
     parameter_names: tuple[str, ...]
     dynamic_shared_names: tuple[str, ...]
     device_variables: bool
+    unchecked_imports: tuple[str, ...]  # functions it calls that may write where no check looks
     lines: dict[int, int] = field(default_factory=dict)  # call-site offset -> kernel-source line
-    unchecked_imports: tuple[str, ...] = ("(not recorded)",)  # functions that may write where no check looks
 
     def source_lines(self, offsets: list[int]) -> dict[int, int | None]:
         return {offset: self.lines.get(offset) for offset in offsets}
@@ -224,7 +224,7 @@ class CpuBackend(Backend):
             dynamic_shared_names=tuple(details["dynamic_shared_names"]),
             device_variables=bool(details["device_variables"]),
             lines=dict(details["lines"]),
-            unchecked_imports=tuple(details.get("unchecked_imports", ("(not recorded)",))),
+            unchecked_imports=tuple(details["unchecked_imports"]),
         )
         self._kernels[kernel_id] = compiled
         return Kernel(stage=stage, source=build.source, handle=compiled, warnings=build.warnings)
