@@ -12,11 +12,12 @@ limits. What a hand-in can do is what this file allows:
   the grader), and the seccomp filter below refuses the system calls that could leave the sandbox.
 - **Outlive the grader**: no. It dies with its parent (`--die-with-parent`), and when the sandbox's first
   process dies the kernel ends every process in its PID namespace.
-- **Use**: at most `Limits` of CPU time, memory, file size and open files.
+- **Use**: at most `Limits` of CPU time, memory, file size and open files, set by util-linux's `prlimit`, the
+  first program of the process tree, which then starts bubblewrap (`_limited`).
 
 A worker tightens this once it has started (`restrict_worker`): no new programs, no new processes, no sockets.
 
-Where the sandbox cannot start (no bubblewrap, no user namespaces, no libseccomp), `require` raises
+Where the sandbox cannot start (no bubblewrap, no user namespaces, no libseccomp, no prlimit), `require` raises
 SandboxUnavailable with what to install; nothing falls back to running unsandboxed unless the caller asked
 for that explicitly (`autograder grade --no-sandbox`).
 """
@@ -62,9 +63,10 @@ SYSTEM_PATHS = (
 )
 PACKAGE_DIR = Path(__file__).resolve().parent
 FIX = (
-    "install bubblewrap and libseccomp (Debian/Ubuntu: scripts/install-system-packages.sh, or "
-    "`apt-get install bubblewrap` and `pip install pyseccomp`; conda: `conda install -c conda-forge bubblewrap "
-    "libseccomp`) on a kernel that allows user namespaces, or pass --no-sandbox to grade trusted code only"
+    "install bubblewrap, libseccomp and util-linux's prlimit (Debian/Ubuntu: scripts/install-system-packages.sh, "
+    "or `apt-get install bubblewrap util-linux` and `pip install pyseccomp`; conda: `conda install -c conda-forge "
+    "bubblewrap libseccomp`) on a kernel that allows user namespaces, or pass --no-sandbox to grade trusted code "
+    "only"
 )
 
 # System calls no sandboxed process needs, each of which could reach past the sandbox or the grader.
@@ -171,7 +173,7 @@ class Sandbox:
         with self._filter() as seccomp_fd:
             command = self.command(argv, writable=workdir, readable=readable, seccomp_fd=seccomp_fd)
             process = subprocess.Popen(
-                command,
+                _limited(command, limits),
                 cwd=workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -180,7 +182,6 @@ class Sandbox:
                 errors="replace",
                 pass_fds=() if seccomp_fd is None else (seccomp_fd,),
                 start_new_session=True,
-                preexec_fn=_limiter(limits),
             )
         try:
             out, err = process.communicate(timeout=timeout)
@@ -205,13 +206,12 @@ class Sandbox:
         with self._filter() as seccomp_fd, open(log, "ab") as output:
             fds = (channel.fileno(),) if seccomp_fd is None else (channel.fileno(), seccomp_fd)
             return subprocess.Popen(
-                self.command(argv, readable=readable, gpu=gpu, seccomp_fd=seccomp_fd),
+                _limited(self.command(argv, readable=readable, gpu=gpu, seccomp_fd=seccomp_fd), WORKER_LIMITS),
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 pass_fds=fds,
                 start_new_session=True,
-                preexec_fn=_limiter(WORKER_LIMITS),
             )
 
     def _filter(self) -> AbstractContextManager[int | None]:
@@ -236,14 +236,27 @@ os.register_at_fork(after_in_child=_new_starter)  # a forked child has none of i
 
 @contextmanager
 def _seccomp_program(enabled: bool) -> Iterator[int | None]:
-    """The base seccomp program, compiled to BPF in an unlinked file for bubblewrap's --seccomp."""
+    """The base seccomp program for bubblewrap's --seccomp, in a file of its own for each sandbox (bubblewrap
+    reads it from the descriptor's offset, so two sandboxes never share one)."""
     if not enabled:
         yield None
         return
+    program = os.memfd_create("autograder-seccomp")
+    try:
+        os.write(program, _base_program())
+        os.lseek(program, 0, os.SEEK_SET)
+        yield program
+    finally:
+        os.close(program)
+
+
+@cache
+def _base_program() -> bytes:
+    """The base filter compiled to BPF: the same bytes for every sandbox, so compiled once a process."""
     with tempfile.TemporaryFile() as program:
         _base_filter().export_bpf(program)
         program.seek(0)
-        yield program.fileno()
+        return program.read()
 
 
 def sandbox_available() -> bool:
@@ -289,22 +302,31 @@ def kill_group(process: subprocess.Popen) -> None:
         process.wait(timeout=10)
 
 
-def _limiter(limits: Limits):
-    def apply() -> None:
-        for kind, value in (
-            (resource.RLIMIT_CPU, limits.cpu_seconds),
-            (resource.RLIMIT_FSIZE, limits.file_bytes),
-            (resource.RLIMIT_AS, limits.address_space),
-            (resource.RLIMIT_DATA, limits.data),
-            (resource.RLIMIT_NOFILE, limits.open_files),
-            (resource.RLIMIT_CORE, 0),
-        ):
-            if value is not None:
-                hard = resource.getrlimit(kind)[1]
-                value = value if hard == resource.RLIM_INFINITY else min(value, hard)  # only ever lowered
-                resource.setrlimit(kind, (value, value))
-
-    return apply
+def _limited(command: list[str], limits: Limits) -> list[str]:
+    """`command` started by prlimit under `limits`, as soft and hard limit. prlimit sets them on itself and then
+    runs `command` in its place, so the whole process tree is held to them. Setting them here rather than in a
+    `preexec_fn` lets subprocess start the child with vfork: a preexec_fn makes it fork the whole grader, its
+    memory and threads, for every sandbox."""
+    options = []
+    for option, kind, value in (
+        ("--cpu", resource.RLIMIT_CPU, limits.cpu_seconds),
+        ("--fsize", resource.RLIMIT_FSIZE, limits.file_bytes),
+        ("--as", resource.RLIMIT_AS, limits.address_space),
+        ("--data", resource.RLIMIT_DATA, limits.data),
+        ("--nofile", resource.RLIMIT_NOFILE, limits.open_files),
+        ("--core", resource.RLIMIT_CORE, 0),
+    ):
+        if value is not None:
+            hard = resource.getrlimit(kind)[1]
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)  # only ever lowered
+            options.append(f"{option}={value}:{value}")
+    prlimit = _prlimit()
+    if prlimit is None:  # sandboxed code is refused up front (`_unavailable_reason`); --no-sandbox code too, here
+        raise SandboxUnavailable(
+            "prlimit, which sets the resource limits of every compiler and worker, is not installed: install "
+            "util-linux (Debian/Ubuntu: `apt-get install util-linux`)"
+        )
+    return [prlimit, *options, "--", *command]
 
 
 def _bind_args(path: str) -> list[str]:
@@ -346,6 +368,12 @@ def _bwrap() -> str:
     return os.environ.get("AUTOGRADER_BWRAP") or shutil.which("bwrap") or "bwrap"
 
 
+@cache
+def _prlimit() -> str | None:
+    """util-linux's prlimit: an essential package of Debian and Ubuntu, there wherever bubblewrap is."""
+    return shutil.which("prlimit")
+
+
 def _seccomp():  # -> the pyseccomp (or seccomp) module
     try:
         import seccomp  # Debian's python3-seccomp
@@ -363,8 +391,11 @@ def _unavailable_reason() -> str | None:
     bwrap = _bwrap()
     if shutil.which(bwrap) is None:
         return "bubblewrap (bwrap) is not installed"
+    if _prlimit() is None:
+        return "prlimit (util-linux) is not installed"
     probe = subprocess.run(
-        Sandbox().command(["true"]), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30
+        _limited(Sandbox().command(["true"]), COMPILE_LIMITS),
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
     )
     if probe.returncode != 0:
         return f"bubblewrap failed: {probe.stderr.strip()[:300] or f'exit status {probe.returncode}'}"

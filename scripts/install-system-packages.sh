@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Debian packages the project uses where they can be had: bubblewrap, the sandbox every compile and worker
-# runs in (grading refuses student code without it, unless --no-sandbox), Boost.Context for the CPU
-# backend's fast fibers (it falls back to ucontext without it) and Chromium for the browser tests.
+# Debian packages the project uses where they can be had: bubblewrap and util-linux's prlimit, the sandbox
+# every compile and worker runs in and its limits (grading refuses student code without them, unless
+# --no-sandbox), Boost.Context for the CPU backend's fast fibers (it falls back to ucontext without it) and
+# Chromium for the browser tests.
 set -u
-packages="g++ bubblewrap libseccomp2 binutils libboost-context-dev chromium"
+packages="g++ bubblewrap util-linux libseccomp2 binutils libboost-context-dev chromium"
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "no apt-get here: install $packages by hand if you want them"
     exit 0

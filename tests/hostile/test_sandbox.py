@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,7 @@ from autograder.isolation import Worker
 from autograder.notebook import kernel_cell
 from autograder.records import KernelSource, Status
 from autograder.references import reference_source
-from autograder.sandbox import Sandbox
+from autograder.sandbox import COMPILE_LIMITS, WORKER_LIMITS, Limits, Sandbox
 from autograder.stages import get_stage
 from autograder.verify import correctness_cases, make_input, run_case
 from autograder.wire import encode_reply
@@ -192,6 +194,43 @@ def test_a_compiler_that_eats_memory_or_hangs_is_stopped_with_its_whole_process_
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", "sleep 9[78]"], capture_output=True, text=True).stdout
     assert left == ""
+
+
+def _hard_limits(text: str) -> dict[str, str]:
+    """The hard limits in a /proc/<pid>/limits text, by name: {"Max cpu time": "120", ...}."""
+    return {match[1]: match[2] for match in re.finditer(r"^(Max [a-z ]+?) {2,}\S+ +(\S+)", text, re.MULTILINE)}
+
+
+def _expected(limits: Limits) -> dict[str, str]:
+    def shown(value: int | None) -> str:
+        return "unlimited" if value is None else str(value)
+
+    return {
+        "Max cpu time": shown(limits.cpu_seconds), "Max file size": shown(limits.file_bytes),
+        "Max address space": shown(limits.address_space), "Max data size": shown(limits.data),
+        "Max open files": shown(limits.open_files), "Max core file size": "0",
+    }
+
+
+def test_a_compiler_and_a_worker_run_under_their_limits(tmp_path: Path) -> None:
+    result = Sandbox().run_tool(["cat", "/proc/self/limits"], tmp_path, timeout=30)
+    assert _hard_limits(result.stdout).items() >= _expected(COMPILE_LIMITS).items(), result.stdout + result.stderr
+    log = tmp_path / "worker.log"
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        worker = Sandbox().start_worker(["cat", "/proc/self/limits"], log=log, channel=theirs, gpu=False)
+        assert worker.wait(timeout=30) == 0
+    assert _hard_limits(log.read_text()).items() >= _expected(WORKER_LIMITS).items(), log.read_text()
+
+
+def test_a_tool_past_its_cpu_or_file_size_limit_is_stopped(tmp_path: Path) -> None:
+    tight = Limits(cpu_seconds=1, file_bytes=1 << 20)
+    started = time.monotonic()
+    spin = Sandbox().run_tool(["sh", "-c", "while :; do :; done"], tmp_path, timeout=30, limits=tight)
+    assert spin.returncode != 0 and time.monotonic() - started < 20
+    write = Sandbox().run_tool(["sh", "-c", "head -c 4M /dev/zero > big"], tmp_path, timeout=30, limits=tight)
+    assert write.returncode != 0
+    assert (tmp_path / "big").stat().st_size == 1 << 20
 
 
 def test_a_worker_sees_no_home_no_checkout_no_host_tmp_and_no_network() -> None:
