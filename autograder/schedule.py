@@ -17,15 +17,15 @@ never run more compilers at once than the machine has cores.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import logging
 import os
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 Result = TypeVar("Result")
 
@@ -83,33 +83,45 @@ def _quiet(logger: logging.Logger) -> Iterator[None]:
 
 
 CPU_SLOTS = os.cpu_count() or 1
-SLOT_WAIT_SECONDS = 0.02
+_CALLS = itertools.count()  # spreads the calls of one process over the slots
 
 
 @contextmanager
 def cpu_slot() -> Iterator[None]:
     """Hold one of the machine's cores, for a compile: all the grading processes of a machine together run at
     most as many compilers as it has cores, however many students each has started building (a file lock per
-    core, taken by whichever process finds it free)."""
+    core, held by whoever has the core).
+
+    A compile takes the first free slot it finds; where none is free it waits, without polling, for one slot
+    to be let go. Processes, and the calls of each, start looking (and wait) at different slots, so waiting
+    compiles are spread over the slots: with more of them than cores, whichever compile ends wakes one, and a
+    slot let go that no one waits for goes to the next compile that looks. A lock belongs to the open file
+    description that took it, which each call opens for itself: two threads of a process never share a slot.
+    No call holds one slot while it waits for another, so no waiting can deadlock."""
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    first = os.getpid() % CPU_SLOTS  # processes look at the slots from different places
-    order = [(first + index) % CPU_SLOTS for index in range(CPU_SLOTS)]
-    slots = [open(LOCK_DIR / f"cpu{index}.lock", "a") for index in order]  # noqa: SIM115 (closed below)
+    first = (os.getpid() + next(_CALLS)) % CPU_SLOTS
+    tries = (_take((first + index) % CPU_SLOTS, wait=False) for index in range(CPU_SLOTS))
+    slot = next((slot for slot in tries if slot is not None), None)
+    if slot is None:
+        slot = _take(first, wait=True)
     try:
-        while not any(map(_taken, slots)):
-            time.sleep(SLOT_WAIT_SECONDS)
         yield
     finally:
-        for slot in slots:
-            slot.close()  # which lets go of the one taken
+        os.close(slot)  # which lets go of it
 
 
-def _taken(slot: IO[str]) -> bool:
+def _take(index: int, *, wait: bool) -> int | None:
+    """The lock file of slot `index`, opened and locked; None (and closed) if another holds it and not `wait`."""
+    slot = os.open(LOCK_DIR / f"cpu{index}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(slot, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(slot, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return False
-    return True
+        os.close(slot)
+        return None
+    except BaseException:
+        os.close(slot)
+        raise
+    return slot
 
 
 def run(
@@ -158,8 +170,13 @@ def _client(client_class: Any, cluster_class: Any, workers: int, scheduler: str 
     # One thread a worker: a student's grading waits on its own processes, and a worker grades one at a time.
     # Dask's own complaints (a heartbeat late on a loaded machine, a connection closed at the end, with their
     # tracebacks), here and in its workers, stay out of the run's output: what matters of them, a task lost with
-    # its worker, comes back through `run`.
+    # its worker, comes back through `run`. Dask's profiler, which samples every worker's stack a hundred times a
+    # second for its dashboard, is off: the local cluster has no dashboard, and it cost a grading process a
+    # tenth of its CPU (py-spy, README "Large classes").
+    import dask
+
     with (
+        dask.config.set({"distributed.worker.profile.enabled": False}),
         _quiet(logging.getLogger("distributed")),
         cluster_class(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
