@@ -27,7 +27,7 @@ import tempfile
 import threading
 import traceback
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -99,17 +99,45 @@ class Worker:
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout: float) -> Any:
         """`fn(backend, *args)` in the child, within `timeout` seconds. `fn` must be a module-level function."""
+        return next(self._calls(fn, [args], [timeout], many=False))
+
+    def call_each(
+        self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], timeouts: Sequence[float]
+    ) -> Iterator[Any]:
+        """`fn(backend, *args)` for each `args` of `calls` in turn, in one message to the child: each result as it
+        comes, each within its own timeout (counted from the result before it). The child stops at the first
+        call that raises, and so does the iteration, with that call's error; a caller that stops taking results
+        early stops the worker, whose next call starts a fresh one."""
+        return self._calls(fn, calls, timeouts, many=True)
+
+    def _calls(
+        self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], timeouts: Sequence[float], many: bool
+    ) -> Iterator[Any]:
         self._ensure_started()
-        assert self._connection is not None
+        assert self._connection is not None and len(calls) == len(timeouts)
         self._output_from = self.log_size()
-        self._connection.send((_importable(fn), args))
+        self._connection.send((_importable(fn), list(calls) if many else calls[0], many))
         what = getattr(fn, "__name__", "call")
-        reply = self._receive(timeout, what=what)
+        shape = typing.get_type_hints(fn).get("return", Any)
+        taken = 0
+        over = False  # the child sends nothing more: it stopped at a call that raised, or it was stopped
         try:
-            return check(typing.get_type_hints(fn).get("return", Any), reply)
-        except WireError as error:
-            self._stop()
-            raise KernelFault(f"the worker sent an invalid reply to {what} ({error}): it was stopped") from None
+            for timeout in timeouts:
+                try:
+                    reply = self._receive(timeout, what=what)
+                except GraderError:
+                    over = True
+                    raise
+                try:
+                    value = check(shape, reply)
+                except WireError as error:
+                    self._stop()
+                    raise KernelFault(f"the worker sent an invalid reply to {what} ({error}): it was stopped") from None
+                taken += 1
+                yield value
+        finally:
+            if not over and taken < len(calls) and self._alive():
+                self._stop()  # replies still on their way would be read as a later call's
 
     def close(self) -> None:
         self.shut_down()
@@ -294,14 +322,17 @@ def _serve(connection: Connection) -> None:
                 continue
             if message is None:
                 break
-            fn, args = message
-            try:
-                _reply(connection, "ok", fn(backend, *args))
-            except GraderError as error:
-                _reply(connection, "error", error)
-            except Exception as error:
-                report = f"internal error in {fn.__name__}: {error!r}\n{traceback.format_exc()}"
-                _reply(connection, "error", GraderError(report))
+            fn, args, many = message
+            for one in args if many else [args]:
+                try:
+                    _reply(connection, "ok", fn(backend, *one))
+                except GraderError as error:
+                    _reply(connection, "error", error)
+                    break
+                except Exception as error:
+                    report = f"internal error in {fn.__name__}: {error!r}\n{traceback.format_exc()}"
+                    _reply(connection, "error", GraderError(report))
+                    break
     finally:
         backend.close()  # a CUDA context left on the stack aborts the interpreter at exit
 

@@ -21,25 +21,28 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
     cases: list[CaseResult] = []
     findings: dict[tuple, Finding] = {}
     status = Status.CORRECT
-    for case in correctness_cases(stage, options.seed, quick=options.quick, block_size=block_size):
-        limit = options.case_seconds + options.per_element_seconds * case.count
-        try:
-            run.worker.start()  # a worker starts outside the GPU's gate, so a timing never waits for its start
-            with run.gate(exclusive=False):
-                value, seen = run.worker.call(run_case, build, case, block_size, timeout=limit)
-        except KernelTimeout as error:
-            cases.append(judge(stage, case, None, block_size, error=str(error)))
-            status = Status.TIMEOUT
-            break
-        except KernelFault as error:
-            cases.append(judge(stage, case, None, block_size, error=str(error)))
-            collect(findings, error.findings)
-            # A deadlock the CPU backend sees at once is a kernel that never ends: a GPU waits at its time limit.
-            status = Status.TIMEOUT if any(f.kind == "deadlock" for f in error.findings) else Status.CRASHED
-            break
-        changed = next((f.message for f in seen if f.kind == "input_changed"), None)
-        cases.append(judge(stage, case, value, block_size, error=changed))
-        collect(findings, seen)
+    todo = correctness_cases(stage, options.seed, quick=options.quick, block_size=block_size)
+    limits = [options.case_seconds + options.per_element_seconds * case.count for case in todo]
+    run.worker.start()  # a worker starts outside the GPU's gate, so a timing never waits for its start
+    with run.gate(exclusive=False):
+        # All the cases in one message to the worker, each answered (and timed out) on its own.
+        replies = run.worker.call_each(run_case, [(build, case, block_size) for case in todo], limits)
+        for case in todo:
+            try:
+                value, seen = next(replies)
+            except KernelTimeout as error:
+                cases.append(judge(stage, case, None, block_size, error=str(error)))
+                status = Status.TIMEOUT
+                break
+            except KernelFault as error:
+                cases.append(judge(stage, case, None, block_size, error=str(error)))
+                collect(findings, error.findings)
+                # A deadlock the CPU backend sees at once is a kernel that never ends: a GPU waits at its limit.
+                status = Status.TIMEOUT if any(f.kind == "deadlock" for f in error.findings) else Status.CRASHED
+                break
+            changed = next((f.message for f in seen if f.kind == "input_changed"), None)
+            cases.append(judge(stage, case, value, block_size, error=changed))
+            collect(findings, seen)
     if status is Status.CORRECT and not all(case.passed for case in cases):
         status = Status.INCORRECT
     metrics = None

@@ -12,11 +12,12 @@ graded.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from autograder.errors import BackendUnavailable, CompileError, ConfigError, GraderError, KernelFault, KernelTimeout
 from autograder.memo import StageMemo, grader_version
-from autograder.pipeline.analyse import analyse_stage
+from autograder.pipeline.analyse import analyse_on_cpu, analyse_stage
 from autograder.pipeline.check import check_stage
 from autograder.pipeline.compile import building_ahead, compile_failure, compile_stage
 from autograder.pipeline.run import StudentRun
@@ -144,11 +145,16 @@ def _unchecked(
 
 
 def _checks(run: StudentRun, stage: Stage, source: KernelSource, build: Build, phases: Phases) -> StageResult:
-    """Correctness, then the race analysis and the technique checks."""
-    with phases("correctness"):
-        result = check_stage(run, stage, build)
-    with phases("analysis"):
-        return analyse_stage(run, stage, source, result)
+    """Correctness, and on a GPU the CPU race analysis beside it (in the student's CPU-backend worker, while the
+    GPU worker runs the cases); then what the analysis saw joined to the result, and the technique checks. The
+    analysis phase is the time the stage waited for them after its correctness run."""
+    on_cpu = run.on_gpu and run.options.race_checks
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        cpu = beside.submit(analyse_on_cpu, run, stage, source) if on_cpu else None
+        with phases("correctness"):
+            result = check_stage(run, stage, build)
+        with phases("analysis"):
+            return analyse_stage(run, stage, source, result, cpu.result() if cpu is not None else None)
 
 
 def _contained(

@@ -13,7 +13,7 @@ import pytest
 from autograder.backends.cpu import CpuBackend
 from autograder.grade import GradeOptions, _student_run
 from autograder.launch import Plan
-from autograder.pipeline.analyse import _on_cpu
+from autograder.pipeline.analyse import analyse_on_cpu, analyse_stage
 from autograder.records import KernelSource, StageResult, Status
 from autograder.stages import get_stage
 
@@ -112,7 +112,8 @@ def test_an_analysis_that_did_not_finish_vouches_for_no_read_and_says_so(ending:
     stage = get_stage("sequential")
     with _student_run(options, None, share=False) as run:
         source = KernelSource(STRAY_READ.replace("EXTRA", code))
-        result = _on_cpu(run, stage, source, StageResult(stage.id, Status.CORRECT, "correct"))
+        correct = StageResult(stage.id, Status.CORRECT, "correct")
+        result = analyse_stage(run, stage, source, correct, analyse_on_cpu(run, stage, source))
     strays = [finding for finding in result.findings if finding.kind == "out_of_bounds"]
     assert strays and all(finding.reads_only == (note is None) for finding in strays)
     assert result.message == "correct" if note is None else note in result.message
