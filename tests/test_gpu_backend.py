@@ -218,6 +218,23 @@ def test_write_fill_download_address_the_guard_tail(backend: Backend) -> None:
         backend.free(buffer)
 
 
+@pytest.mark.gpu
+def test_a_freed_buffer_serves_the_next_allocation_of_its_size(backend: Backend, sequential: Kernel) -> None:
+    # cuMemAlloc and cuMemFree take the driver's locks, which every process on the machine shares: a freed buffer
+    # is kept for the next allocation of the same size, never of another (all are freed when the student ends).
+    first = backend.alloc(1000, guard=24)
+    backend.fill(first, 7.0)  # what a kernel of the last case left there
+    handle = int(first.handle)
+    backend.free(first)
+    assert int(backend.alloc(1001, guard=24).handle) != handle
+    again = backend.alloc(1000, guard=24)
+    assert int(again.handle) == handle
+    backend.free(again)
+    # A whole reduction in the kept buffers is right: every buffer is filled before a kernel reads it.
+    data = integer_data(1000, 5)
+    assert reduce_with(backend, sequential, data, (1000,), checked=True) == data.sum()
+
+
 # --- whole reductions through launch.Plan ------------------------------------------------------------------
 
 

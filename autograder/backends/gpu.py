@@ -14,6 +14,11 @@ How it runs kernels:
 - Every copy, fill, launch and timing event goes to one stream, in order, with no host synchronisation
   between launches. `elapsed_ms` holds that stream with a tiny kernel until the host has queued the whole
   timed call, so even a small reduction is timed with no gaps while Python launches its passes.
+- A freed buffer is kept for the next allocation of the same size, until the student ends (`reset`):
+  cuMemAlloc and cuMemFree go through the driver's locks, shared by every process on the machine, and a
+  student's correctness cases allocate and free the same few sizes hundreds of times. A kept buffer is
+  handed out exactly as a fresh one would be (the same size, its contents undefined), and is filled by the
+  grader before any kernel reads it (autograder.launch).
 - After a kernel fault (an illegal address, say) the CUDA context is unusable. The backend then refuses
   every further call with the same KernelFault, and keeps its device objects until `close`, because freeing
   them in a broken context makes PyCUDA write warnings to stderr.
@@ -208,6 +213,8 @@ class GpuBackend(Backend):
         self._flush_count = 0
         # Everything the context owns, kept until `close` (see the module's docstring).
         self._allocations: dict[int, Any] = {}
+        self._spare: dict[int, list[Any]] = {}  # freed buffers by size in bytes, for the next alloc of that size
+        self._spare_bytes = 0
         self._modules: list[Any] = []
         self._hold: tuple[Any, Any, int] | None = None  # (kernel function, release flag, its device pointer)
         self._fault: errors.KernelFault | None = None
@@ -248,12 +255,16 @@ class GpuBackend(Backend):
     def alloc(self, count: int, guard: int = 0) -> Buffer:
         self._usable()
         size = max(1, count + guard) * 4
-        try:
-            allocation = self._cuda.mem_alloc(size)
-        except self._cuda.MemoryError as error:
-            raise errors.BackendUnavailable(
-                f"cannot allocate {size / 2**20:.1f} MiB on {self._device.name()}: {error}"
-            ) from error
+        if self._spare.get(size):
+            allocation = self._spare[size].pop()
+            self._spare_bytes -= size
+        else:
+            try:
+                allocation = self._cuda.mem_alloc(size)
+            except self._cuda.MemoryError as error:
+                raise errors.BackendUnavailable(
+                    f"cannot allocate {size / 2**20:.1f} MiB on {self._device.name()}: {error}"
+                ) from error
         self._allocations[int(allocation)] = allocation
         return Buffer(count=count, guard=guard, handle=allocation)
 
@@ -294,8 +305,14 @@ class GpuBackend(Backend):
         if self._fault is not None or self._closed:
             return  # kept until close: see the module's docstring
         allocation = self._allocations.pop(int(buffer.handle), None)
-        if allocation is not None:
+        if allocation is None:
+            return
+        size = max(1, buffer.physical_count) * 4
+        if self._spare_bytes + size > SPARE_BYTES:
             allocation.free()
+            return
+        self._spare.setdefault(size, []).append(allocation)
+        self._spare_bytes += size
 
     # --- running -----------------------------------------------------------------------------------------
 
@@ -401,10 +418,10 @@ class GpuBackend(Backend):
         self._usable()
         with self._driver_call("finishing the last student's kernels"):
             self._cuda.Context.synchronize()
-        for allocation in self._allocations.values():
+        for allocation in self._owned():
             with self._driver_call("freeing the last student's buffers"):
                 allocation.free()
-        self._allocations.clear()
+        self._forget_buffers()
         self._modules.clear()
         self._hold = None
         gc.collect()  # a module is unloaded when the last object that holds it goes
@@ -417,7 +434,7 @@ class GpuBackend(Backend):
         if self._fault is None:
             with suppress(cuda.Error):
                 self._stream.synchronize()
-            for allocation in self._allocations.values():
+            for allocation in self._owned():
                 with suppress(cuda.Error):
                     allocation.free()
             if self._flush_buffer is not None:
@@ -428,10 +445,19 @@ class GpuBackend(Backend):
         with suppress(cuda.Error):
             self._context.detach()
         # Dropped only now: objects of a detached context are let go without touching the driver.
-        self._allocations.clear()
+        self._forget_buffers()
         self._modules.clear()
         self._flush_buffer = None
         self._hold = None
+
+    def _owned(self) -> list[Any]:
+        """Every buffer the context holds: in use, and kept for reuse."""
+        return [*self._allocations.values(), *(a for kept in self._spare.values() for a in kept)]
+
+    def _forget_buffers(self) -> None:
+        self._allocations.clear()
+        self._spare.clear()
+        self._spare_bytes = 0
 
     # --- errors ------------------------------------------------------------------------------------------
 
@@ -509,6 +535,7 @@ def _nvcc_cubin(
 
 
 NVCC_SECONDS = 120.0
+SPARE_BYTES = 1 << 30  # freed buffers kept for reuse, at most (beyond it a freed buffer is freed)
 
 
 @functools.cache
