@@ -25,6 +25,7 @@ import argparse
 import collections
 import os
 import random
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -287,10 +288,14 @@ def grades(run: ClassRun) -> dict[str, list]:
     }
 
 
-def classroom(base: Path, name: str, salt: str, count: int) -> Path:
-    """The class `name` for one run, its kernels salted with the run's name."""
-    folder = base / name / salt.replace(" ", "-")
-    synthesise(folder / "class", count, distinct=name == "distinct", salt=salt)
+INVOCATION = secrets.token_hex(4)  # in every salt: a second bench on the same cache compiles afresh too
+
+
+def classroom(base: Path, name: str, run: str, count: int) -> Path:
+    """The class `name` for one run, its kernels salted with the run's name and this invocation's token, so
+    that no cached build of an earlier run or an earlier bench serves them."""
+    folder = base / name / run.replace(" ", "-")
+    synthesise(folder / "class", count, distinct=name == "distinct", salt=f"{run} {INVOCATION}")
     return folder
 
 
