@@ -62,22 +62,19 @@ def test_a_call_that_hangs_is_stopped_at_its_own_limit_after_the_ones_before_it(
     assert worker.call(square, 3, timeout=30) == 9  # a fresh worker
 
 
-def test_a_crash_ends_the_calls_with_the_results_before_it(worker: Worker) -> None:
+@pytest.mark.parametrize(
+    ("fn", "error", "match", "restarts"),
+    [(crash_at, KernelFault, "SIGSEGV", 1), (fail_at, GraderError, "no 1", 0)],
+    ids=["crash", "raise"],
+)
+def test_the_calls_end_at_the_first_that_crashes_or_raises(worker: Worker, fn, error, match, restarts) -> None:
     got = []
-    with pytest.raises(KernelFault, match="SIGSEGV"):
-        for value in worker.call_each(crash_at, [(value, 1) for value in range(3)], [30.0] * 3):
+    with pytest.raises(error, match=match):
+        for value in worker.call_each(fn, [(value, 1) for value in range(3)], [30.0] * 3):
             got.append(value)
     assert got == [0]
-
-
-def test_the_child_stops_at_the_first_call_that_raises(worker: Worker) -> None:
-    got = []
-    with pytest.raises(GraderError, match="no 1"):
-        for value in worker.call_each(fail_at, [(value, 1) for value in range(3)], [30.0] * 3):
-            got.append(value)
-    assert got == [0]
-    # No reply of the calls after it is left to be read as a later call's.
-    assert worker.call(square, 5, timeout=30) == 25 and worker.restarts == 0
+    # No reply of the calls after it is left to be read as a later call's; a crashed worker is started afresh.
+    assert worker.call(square, 5, timeout=30) == 25 and worker.restarts == restarts
 
 
 def test_a_caller_that_stops_taking_results_stops_the_worker(worker: Worker) -> None:
