@@ -48,28 +48,31 @@ def place(count: int, gpus: tuple[int, ...]) -> list[Placement]:
 
 @contextmanager
 def gpu_gate(gpu: int | None, exclusive: bool) -> Iterator[None]:
-    """Hold GPU `gpu` shared (correctness runs) or alone (timing). A timing that waits keeps new correctness
-    runs out (the turnstile), so it is never starved; it starts once the runs already on the GPU are done."""
+    """Hold GPU `gpu` shared (correctness runs) or alone (timing), timings first.
+
+    Two file locks a GPU. A timing registers on the first (shared among timings), then takes the second alone:
+    it starts once the correctness runs already on the GPU are done. A correctness run takes the first alone,
+    and so waits while any timing is registered, then the second shared. So the timings that come while one
+    waits for the GPU go one after another, with no correctness run between them: the GPU empties once for a
+    group of timings, not once for each. No correctness run waits for ever: each grading process times its
+    student once, then goes back to correctness runs."""
     if gpu is None:
         yield
         return
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    with open(LOCK_DIR / f"gpu{gpu}.turnstile", "a") as turnstile, open(LOCK_DIR / f"gpu{gpu}.lock", "a") as gate:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
+    with open(LOCK_DIR / f"gpu{gpu}.timings", "a") as timings, open(LOCK_DIR / f"gpu{gpu}.lock", "a") as gate:
         if exclusive:
+            fcntl.flock(timings, fcntl.LOCK_SH)
             fcntl.flock(gate, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(gate, fcntl.LOCK_UN)
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
         else:
-            fcntl.flock(gate, fcntl.LOCK_SH)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-            try:
-                yield
-            finally:
-                fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(timings, fcntl.LOCK_EX)
+            fcntl.flock(gate, fcntl.LOCK_SH)  # granted at once: no timing holds it, none is registered
+            fcntl.flock(timings, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(timings, fcntl.LOCK_UN)
 
 
 @contextmanager

@@ -171,6 +171,32 @@ def test_a_timing_has_its_gpu_alone_and_is_not_starved_by_correctness_runs() -> 
     assert checks_overlap  # correctness runs share the GPU
 
 
+def test_timings_that_wait_together_go_one_after_another_before_any_new_correctness_run() -> None:
+    events: list[tuple[str, str, float]] = []
+    lock = threading.Lock()
+
+    def hold(name: str, exclusive: bool, seconds: float) -> None:
+        with gpu_gate(8, exclusive):
+            with lock:
+                events.append((name, "start", time.monotonic()))
+            time.sleep(seconds)
+            with lock:
+                events.append((name, "end", time.monotonic()))
+
+    plan = [("check0", False, 0.4), ("timing0", True, 0.2), ("check1", False, 0.1), ("timing1", True, 0.2)]
+    threads = []
+    for name, exclusive, seconds in plan:  # each comes while the ones before it still wait or run
+        threads.append(threading.Thread(target=hold, args=(name, exclusive, seconds)))
+        threads[-1].start()
+        time.sleep(0.05)
+    for thread in threads:
+        thread.join()
+    at = {(name, what): when for name, what, when in events}
+    assert at[("timing0", "start")] >= at[("check0", "end")]
+    assert at[("timing1", "start")] >= at[("timing0", "end")]  # the timings never overlap
+    assert at[("check1", "start")] >= at[("timing1", "end")]  # the later timing went first: one drain for both
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_parallel_students_are_timed_on_their_gpu_with_the_serial_statuses(
     klass: Path, tmp_path: Path
