@@ -13,6 +13,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from autograder.errors import GraderError
 from autograder.launch import Plan
 from autograder.records import Build, KernelSource, Timing
 from autograder.stages import Shape, Stage, get_stage
-from autograder.verify import Sums, compiled, draw
+from autograder.verify import Sums, compiled, draw, keep, take
 
 
 @dataclass(frozen=True)
@@ -79,22 +80,15 @@ def time_interleaved(
     plans: list[Plan] = []
     samples: list[list[float]] = [[] for _ in kernels]
     try:
-        for kernel in kernels:
-            shared = plans[0].input if plans else None
-            plan = Plan.create(
-                backend, compiled(backend, kernel.stage_id, kernel.source), size, settings.block_size, shared
-            )
-            plans.append(plan)
-        plans[0].load(data)
+        plans = _ready(kernels) or _plans(backend, kernels, settings, data)
         for _ in range(settings.warmup):
-            for kernel, plan in zip(kernels, plans, strict=True):
-                checker.call(backend, plan, kernel, timed=False)
+            checker.round(backend, plans, kernels, list(range(len(kernels))), timed=False)
         started = time.monotonic()
         for round_number in range(settings.max_repetitions):
             # Rotate the order each round so that no kernel always follows the same neighbour.
             order = [(round_number + i) % len(kernels) for i in range(len(kernels))]
-            for index in order:
-                samples[index].append(checker.call(backend, plans[index], kernels[index], timed=True))
+            for index, elapsed in zip(order, checker.round(backend, plans, kernels, order, timed=True), strict=True):
+                samples[index].append(elapsed)
             enough = round_number + 1 >= settings.min_repetitions and all(
                 relative_standard_error(s) < settings.target_rse for s in samples
             )
@@ -115,6 +109,46 @@ def time_interleaved(
         )
         for kernel, s in zip(kernels, samples, strict=True)
     )
+
+
+def ready_timing(backend: Backend, kernels: tuple[TimedKernel, ...], settings: TimingSettings, seed: int) -> None:
+    """Load `kernels` and copy their input to the GPU now, for the next `time_interleaved` of the same kernels
+    in this worker: work that needs the GPU, but not alone (the grader holds it shared meanwhile)."""
+    stage = get_stage(kernels[0].stage_id)
+    data, _, _ = _timing_input(seed, settings.size_of(stage.shape), stage)
+    keep(_ready_key(kernels), _plans(backend, kernels, settings, data))
+
+
+def _ready(kernels: tuple[TimedKernel, ...]) -> list[Plan] | None:
+    plans = take(_ready_key(kernels))
+    return plans if isinstance(plans, list) else None
+
+
+def _ready_key(kernels: tuple[TimedKernel, ...]) -> tuple:
+    texts = (k.source.text if isinstance(k.source, KernelSource) else k.source.source.text for k in kernels)
+    return ("timing", *((k.label, k.stage_id, text) for k, text in zip(kernels, texts, strict=True)))
+
+
+def _plans(
+    backend: Backend, kernels: tuple[TimedKernel, ...], settings: TimingSettings, data: np.ndarray
+) -> list[Plan]:
+    """A plan for each kernel, all reading one input, loaded with `data`."""
+    stage = get_stage(kernels[0].stage_id)
+    size = settings.size_of(stage.shape)
+    plans: list[Plan] = []
+    try:
+        for kernel in kernels:
+            shared = plans[0].input if plans else None
+            plan = Plan.create(
+                backend, compiled(backend, kernel.stage_id, kernel.source), size, settings.block_size, shared
+            )
+            plans.append(plan)
+        plans[0].load(data)
+    except BaseException:
+        for plan in plans:
+            plan.release()
+        raise
+    return plans
 
 
 # The timing input of a worker, kept between stages: drawing 2^26 floats and summing them in float64 took most
@@ -205,7 +239,8 @@ def _published(path: Path, digest: str, size: tuple[int, ...]) -> np.ndarray | N
 
 
 class _Checker:
-    """Changes one input value before each call, keeps the expected result up to date, and checks each call.
+    """Changes one input value before each call, keeps the expected result up to date, and checks each call's
+    result, a round of calls at a time.
 
     `restore` puts the changed values back, so the next group of kernels times the same input again.
     """
@@ -239,18 +274,32 @@ class _Checker:
             self.expected = float(self.data.max())
         return index
 
-    def call(self, backend: Backend, plan: Plan, kernel: TimedKernel, *, timed: bool) -> float:
-        index = self._perturb()
-        backend.write(plan.input, self.data[index : index + 1], offset=index)
-        plan.poison()
-        backend.flush_l2()
-        elapsed = backend.elapsed_ms(plan.run)
-        got = plan.result()
-        self.calls += 1
-        if not (math.isfinite(got) and abs(got - self.expected) <= self.tolerances[kernel.stage_id]):
-            when = "a timed call" if timed else "a warm-up call"
-            raise WrongTimedResult(
-                f"{kernel.label}: {when} (call {self.calls}, n={plan.count}) gave {got!r}, expected {self.expected!r}; "
-                "results must be right on every call, with fresh inputs"
-            )
-        return elapsed
+    def round(
+        self, backend: Backend, plans: list[Plan], kernels: tuple[TimedKernel, ...], order: list[int], *, timed: bool
+    ) -> list[float]:
+        """One call of each kernel in `order`, queued behind one hold of the GPU (Backend.elapsed_each), each
+        after an input value changed, its outputs poisoned and the L2 flushed; every result checked once they
+        have all run. The milliseconds of each call, in `order`."""
+        expected: list[float] = []
+
+        def before(plan: Plan) -> Callable[[], None]:
+            def queue() -> None:
+                index = self._perturb()
+                backend.fill(plan.input, float(self.data[index]), start=index, count=1)
+                plan.poison()
+                backend.flush_l2()
+                expected.append(self.expected)
+
+            return queue
+
+        times = backend.elapsed_each([(before(plans[index]), plans[index].run) for index in order])
+        for index, wanted in zip(order, expected, strict=True):
+            got = plans[index].result()
+            self.calls += 1
+            if not (math.isfinite(got) and abs(got - wanted) <= self.tolerances[kernels[index].stage_id]):
+                when = "a timed call" if timed else "a warm-up call"
+                raise WrongTimedResult(
+                    f"{kernels[index].label}: {when} (call {self.calls}, n={plans[index].count}) gave {got!r}, "
+                    f"expected {wanted!r}; results must be right on every call, with fresh inputs"
+                )
+        return times

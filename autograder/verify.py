@@ -201,6 +201,17 @@ def judge(stage: Stage, case: Case, got: float | None, block_size: int, error: s
 # --- run in the worker process -------------------------------------------------------------------------
 
 _loaded: dict[tuple[str, ...], Kernel] = {}
+_kept: dict[tuple, object] = {}  # what a student's call readies for its later call (autograder.timing)
+
+
+def keep(key: tuple, value: object) -> None:
+    """Keep `value` for this student's later call that takes it (`take`); gone, with every buffer, at `forget`."""
+    _kept[key] = value
+
+
+def take(key: tuple) -> object | None:
+    """What `keep` kept under `key` for this student, once; None where nothing is."""
+    return _kept.pop(key, None)
 
 
 def compiled(backend: Backend, stage_id: str, kernel: Build | KernelSource) -> Kernel:
@@ -227,6 +238,7 @@ def forget(backend: Backend) -> None:
     """End a student in a worker that serves the next one (autograder.executors): every kernel it loaded is
     unloaded and every buffer freed; inputs drawn from the run's seed stay, as the grader's own data."""
     _loaded.clear()
+    _kept.clear()  # not released: reset frees every buffer
     backend.reset()
 
 

@@ -390,6 +390,24 @@ def test_elapsed_ms_has_no_host_gaps(backend: Backend, sequential: Kernel) -> No
 
 
 @pytest.mark.gpu
+def test_elapsed_each_times_only_the_timed_part_of_each_call(backend: Backend, sequential: Kernel) -> None:
+    # A round: before each call the L2 is flushed (untimed, tens of microseconds), then a tiny reduction is
+    # timed; each time is its call's alone, in order, with the flushes and the other calls outside it.
+    plans = [Plan.create(backend, sequential, (size,), BLOCK_SIZE) for size in (1000, 1 << 24, 1000)]
+    try:
+        for index, plan in enumerate(plans):
+            plan.load(integer_data(plan.count, seed=index))
+        times = backend.elapsed_each([(backend.flush_l2, plan.run) for plan in plans] * 3)
+        for index, plan in enumerate(plans):
+            assert plan.result() == float(integer_data(plan.count, seed=index).sum())
+    finally:
+        for plan in plans:
+            plan.release()
+    small, large = times[0::3] + times[2::3], times[1::3]
+    assert max(small) < 0.03 and min(large) > max(small), times
+
+
+@pytest.mark.gpu
 def test_elapsed_ms_gives_up_holding_when_the_work_waits(backend: Backend) -> None:
     from autograder.backends.gpu import HOLD_LIMIT_NS
 

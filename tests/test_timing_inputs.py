@@ -12,9 +12,19 @@ import pytest
 from autograder import timing
 from autograder.backends.cpu import CpuBackend
 from autograder.isolation import Worker
+from autograder.launch import Plan
+from autograder.records import KernelSource
 from autograder.references import reference_source
-from autograder.timing import TimedKernel, TimingSettings, prepare_timing, publish_input, time_interleaved
-from autograder.verify import draw
+from autograder.sandbox import Sandbox
+from autograder.timing import (
+    TimedKernel,
+    TimingSettings,
+    prepare_timing,
+    publish_input,
+    ready_timing,
+    time_interleaved,
+)
+from autograder.verify import draw, forget
 
 SEED = 20261125
 SETTINGS = TimingSettings(n=1 << 16, max2d_shape=(64, 64), warmup=1, min_repetitions=3, max_repetitions=5)
@@ -114,3 +124,89 @@ def test_a_sandboxed_worker_reads_the_published_input(tmp_path: Path, monkeypatc
         worker.call(prepare_timing, ("naive",), SETTINGS, SEED, published, timeout=60)
         mapped, values = worker.call(kept_input, SEED, SIZE, timeout=60)
     assert mapped and values == digest(draw("random", SIZE[0], SEED))
+
+
+def reference_kernels(*stage_ids: str) -> tuple[TimedKernel, ...]:
+    return tuple(TimedKernel(f"reference {stage_id}", stage_id, reference_source(stage_id)) for stage_id in stage_ids)
+
+
+def test_a_timing_takes_the_plans_readied_for_its_kernels_once(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created: list[str] = []
+    create = Plan.create.__func__
+
+    def counted(cls, backend, kernel, *args, **kwargs):
+        created.append(kernel.stage.id)
+        return create(cls, backend, kernel, *args, **kwargs)
+
+    monkeypatch.setattr(Plan, "create", classmethod(counted))
+    backend = CpuBackend(cache_dir=cache_dir)
+    kernels = reference_kernels("naive", "shuffle")
+    prepare_timing(backend, ("naive", "shuffle"), SETTINGS, SEED)
+    ready_timing(backend, kernels, SETTINGS, SEED)  # with the GPU shared, before the grader takes it alone
+    assert created == ["naive", "shuffle"]
+    readied = time_interleaved(backend, kernels, SETTINGS, SEED)
+    assert created == ["naive", "shuffle"]  # it loaded nothing more
+    ready_timing(backend, kernels[:1], SETTINGS, SEED)  # readied for other kernels: not taken
+    afresh = time_interleaved(backend, kernels, SETTINGS, SEED)  # nor are the plans the first timing released
+    assert created == ["naive", "shuffle", "naive", "naive", "shuffle"]
+    assert [t.label for t in readied] == [t.label for t in afresh] == [k.label for k in kernels]
+    assert all(t.repetitions >= SETTINGS.min_repetitions for t in (*readied, *afresh))
+
+
+@pytest.mark.gpu
+def test_plans_readied_for_a_student_are_gone_with_it_in_a_kept_gpu_worker() -> None:
+    # A student readies its timing, then ends in a worker that serves the next one (its buffers all freed):
+    # the next timing of the same kernels loads its own, and is right on every call.
+    kernels = reference_kernels("sequential", "shuffle")
+    settings = TimingSettings(warmup=1, min_repetitions=3, max_repetitions=5)
+    with Worker("gpu", {}, Sandbox(False)) as worker:
+        worker.call(prepare_timing, ("sequential", "shuffle"), settings, SEED, timeout=120)
+        worker.call(ready_timing, kernels, settings, SEED, timeout=120)
+        worker.call(forget, timeout=60)
+        measured = worker.call(time_interleaved, kernels, settings, SEED, timeout=120)
+    assert [t.label for t in measured] == [k.label for k in kernels]
+    assert all(t.repetitions >= 3 and t.median_ms > 0 for t in measured)
+
+
+# Right in every correctness case (none reduces one size more than twice), wrong from the fourth reduction of
+# one size on: only the repeated calls of a timing can catch it.
+WRONG_WHEN_REPEATED = """
+__device__ unsigned int reductions_of_this_size;
+
+__global__ void reduce_shuffle(const float *g_in, float *g_out, unsigned int n)
+{
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * (2 * blockDim.x) + threadIdx.x;
+    float sum = (i < n) ? g_in[i] : 0.0f;
+    if (i + blockDim.x < n) {
+        sum += g_in[i + blockDim.x];
+    }
+    sdata[tid] = sum;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            sdata[tid] += sdata[tid + s];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        float extra = 0.0f;
+        if (blockIdx.x == 0 && n == 65536u && ++reductions_of_this_size > 3) {
+            extra = 1.0f;
+        }
+        g_out[blockIdx.x] = sdata[0] + extra;
+    }
+}
+"""
+
+
+def test_a_kernel_wrong_in_one_timed_call_of_a_round_is_named_with_its_call(cache_dir: Path) -> None:
+    backend = CpuBackend(cache_dir=cache_dir)
+    yours = TimedKernel("your shuffle", "shuffle", KernelSource(WRONG_WHEN_REPEATED))
+    prepare_timing(backend, ("first_add", "shuffle"), SETTINGS, SEED)
+    # Calls 1-2 warm up; rounds of two follow, the order turning each round: its fourth reduction is call 8.
+    with pytest.raises(timing.WrongTimedResult, match=r"^your shuffle: a timed call \(call 8, n=65536\) gave"):
+        time_interleaved(backend, (*reference_kernels("first_add"), yours), SETTINGS, SEED)

@@ -13,7 +13,7 @@ out of bounds. Offsets and counts of `write`, `fill` and `download` address the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,8 +120,14 @@ class Backend(ABC):
         return None
 
     @abstractmethod
+    def elapsed_each(self, calls: Sequence[tuple[Callable[[], None], Callable[[], None]]]) -> list[float]:
+        """For each (untimed, timed) pair in turn, run `untimed`, then `timed` between a pair of timing events;
+        wait once for them all, and return each pair's milliseconds between its events. Both must only queue
+        work (launches, fills), never wait for it."""
+
     def elapsed_ms(self, work: Callable[[], None]) -> float:
         """Run `work` between a pair of timing events, wait for it, and return the milliseconds between them."""
+        return self.elapsed_each([(_nothing, work)])[0]
 
     def findings(self) -> tuple[Finding, ...]:
         """Defects seen by the launches since the last call, deduplicated; the list is then cleared.
@@ -143,3 +149,7 @@ class Backend(ABC):
     def close(self) -> None:
         """Release the device. The backend is not used again."""
         return None
+
+
+def _nothing() -> None:
+    return None

@@ -12,8 +12,9 @@ How it runs kernels:
   are cached on disk together with their warnings, so a cached compile reports the same warnings as the
   first one (PyCUDA's own cache would drop them).
 - Every copy, fill, launch and timing event goes to one stream, in order, with no host synchronisation
-  between launches. `elapsed_ms` holds that stream with a tiny kernel until the host has queued the whole
-  timed call, so even a small reduction is timed with no gaps while Python launches its passes.
+  between launches. `elapsed_each` holds that stream with a tiny kernel until the host has queued every
+  timed call of a round, so even a small reduction is timed with no gaps while Python launches its passes,
+  and the calls of a round run back to back.
 - A freed buffer is kept for the next allocation of the same size, until the student ends (`reset`):
   cuMemAlloc and cuMemFree go through the driver's locks, shared by every process on the machine, and a
   student's correctness cases allocate and free the same few sizes hundreds of times. A kept buffer is
@@ -36,7 +37,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -77,9 +78,9 @@ _STICKY_ERRORS = {
 
 _ARG_CODES = {Shape.SUM_1D: "PPI", Shape.MAX_2D: "PPII"}
 
-# Holds the stream until the host has queued a timed call, so the call runs with no host gaps however small it
-# is (nvbench's "blocking kernel"). It gives up after HOLD_LIMIT_NS, so a work that waits for the GPU itself
-# stalls for that long instead of for ever.
+# Holds the stream until the host has queued a round of timed calls, so each runs with no host gaps however
+# small it is (nvbench's "blocking kernel"). It gives up after HOLD_LIMIT_NS, so a work that waits for the GPU
+# itself stalls for that long instead of for ever.
 _HOLD_SOURCE = r"""
 extern "C" __global__ void autograder_hold(volatile unsigned int *release, unsigned long long limit_ns)
 {
@@ -207,7 +208,7 @@ class GpuBackend(Backend):
         self._hold_image = hold or hold_ptx(self._nvcc)
         nvcc_version(self._nvcc)  # asked now (and kept): once it runs student code, a worker starts no program
         self._stream = cuda.Stream()
-        self._events = (cuda.Event(), cuda.Event())
+        self._events: list[tuple[Any, Any]] = []  # (start, end) pairs, as many as the largest timed round
         self._l2_bytes = int(self._device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
         self._flush_buffer: Any = None
         self._flush_count = 0
@@ -351,28 +352,34 @@ class GpuBackend(Backend):
         with self._driver_call("flushing the L2 cache"):
             self._cuda.memset_d32_async(int(self._flush_buffer), self._flush_count, words, self._stream)
 
-    def elapsed_ms(self, work: Callable[[], None]) -> float:
-        """Time `work`, which must only queue launches: the stream is held until it has queued them all.
-
-        So the time is the GPU's alone, with no gaps while the host launches the next pass. A `work` that
-        waits for the GPU stalls until the hold gives up (HOLD_LIMIT_NS); the stall is not in the time.
+    def elapsed_each(self, calls: Sequence[tuple[Callable[[], None], Callable[[], None]]]) -> list[float]:
+        """Time each call's `timed` part, all of them queued behind one hold of the stream, released once the
+        host has queued the last: the GPU runs them back to back, each time its own, with no gaps while the
+        host launches the next pass or the next call. The callables must only queue work: one that waits for
+        the GPU stalls until the hold gives up (HOLD_LIMIT_NS); the stall is not in any time.
         """
         self._usable()
-        start, end = self._events
+        while len(self._events) < len(calls):
+            with self._driver_call("making timing events"):
+                self._events.append((self._cuda.Event(), self._cuda.Event()))
+        events = self._events[: len(calls)]
         function, release, pointer = self._hold_kernel()
         release[0] = 0
         try:
             with self._driver_call("timing"):
                 function.prepared_async_call((1, 1), (1, 1, 1), self._stream, pointer, np.uint64(HOLD_LIMIT_NS))
-                start.record(self._stream)
-            work()
-            with self._driver_call("timing"):
-                end.record(self._stream)
+            for (untimed, timed), (start, end) in zip(calls, events, strict=True):
+                untimed()
+                with self._driver_call("timing"):
+                    start.record(self._stream)
+                timed()
+                with self._driver_call("timing"):
+                    end.record(self._stream)
         finally:
             release[0] = 1
         with self._driver_call("running the timed kernels"):
-            end.synchronize()
-            return float(start.time_till(end))
+            events[-1][1].synchronize()
+            return [float(start.time_till(end)) for start, end in events]
 
     def _hold_kernel(self) -> tuple[Any, Any, int]:
         if self._hold is None:

@@ -5,33 +5,40 @@ one group per input shape, with the GPU alone (autograder.timing), then judged a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from autograder.errors import KernelFault, KernelTimeout
 from autograder.pipeline.run import StudentRun
 from autograder.pipeline.work import StageWork
-from autograder.records import KernelSource, Performance, PerfVerdict, StageResult, Status
+from autograder.records import KernelSource, Performance, PerfVerdict, StageResult, Status, Timing
 from autograder.references import reference_source
 from autograder.rubric import judge_speed
 from autograder.stages import Shape, Stage, get_stage
-from autograder.timing import TimedKernel, WrongTimedResult, prepare_timing, publish_input, time_interleaved
+from autograder.timing import (
+    TimedKernel,
+    WrongTimedResult,
+    prepare_timing,
+    publish_input,
+    ready_timing,
+    time_interleaved,
+)
 
 
 def time_stages(
     run: StudentRun, works: list[StageWork], sources: Mapping[str, KernelSource | None], results: dict[str, StageResult]
 ) -> None:
-    """Time every correct stage: one group per input shape, every kernel interleaved with the others."""
+    """Time every correct stage: one group per input shape, every kernel interleaved with the others, all the
+    groups in one hold of the GPU alone."""
     correct = [item for item in works if item.result.status is Status.CORRECT]
     unmeasured = run.unmeasured_reason()
     if unmeasured:
         for item in correct:
             item.result = replace(item.result, performance=Performance(PerfVerdict.NOT_MEASURED, unmeasured))
         return
-    for shape in (Shape.SUM_1D, Shape.MAX_2D):
-        group = [item for item in correct if item.stage.shape is shape]
-        if group:
-            _time_group(run, group, sources, results)
+    by_shape = [[item for item in correct if item.stage.shape is shape] for shape in (Shape.SUM_1D, Shape.MAX_2D)]
+    _time_groups(run, [group for group in by_shape if group], sources, results)
 
 
 def own_baseline(
@@ -42,74 +49,129 @@ def own_baseline(
     return own if own is not None and own_result is not None and own_result.status is Status.CORRECT else None
 
 
-def _time_group(
-    run: StudentRun, group: list[StageWork], sources: Mapping[str, KernelSource | None], results: dict[str, StageResult]
+@dataclass
+class _Group:
+    """Stages of one input shape timed together: each its kernel, its baseline's and its reference's."""
+
+    items: list[StageWork]
+    kernels: dict[str, TimedKernel]  # by label, each kernel once
+    compared: dict[str, tuple[str, str | None, str]]  # stage id: (yours, its baseline, its reference)
+
+
+def _time_groups(
+    run: StudentRun,
+    items_by_group: list[list[StageWork]],
+    sources: Mapping[str, KernelSource | None],
+    results: dict[str, StageResult],
 ) -> None:
-    """Time the stages of `group` and their baselines and references, all interleaved, with the GPU alone.
+    """Time each group of stages and judge its speeds, all the groups in one hold of the GPU alone.
 
     A kernel wrong in a timed call makes its stage incorrect, and the others are timed again without it;
     a hang or a crash sends each stage to be timed on its own, so that only the culprit's stage loses.
     """
-    kernels: dict[str, TimedKernel] = {}
-    compared: dict[str, tuple[str, str | None, str]] = {}  # stage id: (yours, its baseline, its reference)
-    built = {item.stage.id: item.build for item in group}
-    for item in group:
+    groups = [_group(run, items, sources, results) for items in items_by_group]
+    everything = [item for items in items_by_group for item in items]
+    timing, seed = run.rubric.timing, run.options.seed
+    limit = timing.budget_seconds * 2 + 120
+
+    def call(function: Callable[..., Any]) -> Callable[[_Group], Any]:
+        return lambda group: run.worker.call(function, tuple(group.kernels.values()), timing, seed, timeout=limit)
+
+    with run.shared_phase("timing input", everything):
+        # Host work first, which need not hold the GPU: the inputs drawn (or read) and the worker started.
+        for group in groups:
+            published = publish_input(seed, timing.size_of(group.items[0].stage.shape))
+            run.worker.call(prepare_timing, tuple(group.compared), timing, seed, published, timeout=limit)
+        # Then, with the GPU shared, the kernels loaded and the inputs copied to it: a timing waits for neither.
+        with run.gate(exclusive=False):
+            outcomes = _each(groups, call(ready_timing))
+    if not any(outcomes):
+        with run.shared_phase("timing", everything), run.gate(exclusive=True):
+            outcomes = _each(groups, call(time_interleaved))
+    for group, outcome in zip(groups, outcomes, strict=True):
+        _settle(run, group, outcome, sources, results)
+
+
+def _each(groups: list[_Group], call: Callable[[_Group], Any]) -> list[Any]:
+    """`call` on each group in turn: its result, or the error that is the group's verdict. After a hang or a
+    crash (its worker has ended) the groups left get None: each is timed again, away from this hold."""
+    outcomes: list[Any] = [None] * len(groups)
+    for index, group in enumerate(groups):
+        try:
+            outcomes[index] = call(group)
+        except WrongTimedResult as error:
+            outcomes[index] = error
+        except (KernelTimeout, KernelFault) as error:
+            outcomes[index] = error
+            break
+    return outcomes
+
+
+def _group(
+    run: StudentRun, items: list[StageWork], sources: Mapping[str, KernelSource | None], results: dict[str, StageResult]
+) -> _Group:
+    """The kernels that time `items`, their baselines and references built (the grader's own come cached)."""
+    group = _Group(items, {}, {})
+    built = {item.stage.id: item.build for item in items}
+    for item in items:
         stage = item.stage
         yours = f"your {stage.id}"
-        kernels[yours] = TimedKernel(yours, stage.id, item.build)
+        group.kernels[yours] = TimedKernel(yours, stage.id, item.build)
         baseline = None
         if stage.previous:
             previous = get_stage(stage.previous)
             own = own_baseline(stage, sources, results)
             baseline = f"your {previous.id}" if own is not None else f"reference {previous.id}"
-            if baseline not in kernels:
+            if baseline not in group.kernels:
                 build = built.get(previous.id) if own is not None else None
                 build = build or run.builder.build(previous, own or reference_source(previous.id))
-                kernels[baseline] = TimedKernel(baseline, previous.id, build)
+                group.kernels[baseline] = TimedKernel(baseline, previous.id, build)
         reference = f"reference {stage.id}"
-        if reference not in kernels:
+        if reference not in group.kernels:
             build = run.builder.build(stage, reference_source(stage.id))
-            kernels[reference] = TimedKernel(reference, stage.id, build)
-        compared[stage.id] = (yours, baseline, reference)
-    timing, seed = run.rubric.timing, run.options.seed
-    limit = timing.budget_seconds * 2 + 120
-    try:
-        # The inputs are drawn first, and the worker started: host work that need not hold the GPU.
-        with run.shared_phase("timing input", group):
-            published = publish_input(seed, timing.size_of(group[0].stage.shape))
-            run.worker.call(prepare_timing, tuple(compared), timing, seed, published, timeout=limit)
-        with run.shared_phase("timing", group), run.gate(exclusive=True):
-            measured = run.worker.call(time_interleaved, tuple(kernels.values()), timing, seed, timeout=limit)
-    except WrongTimedResult as error:
-        culprit = next((item for item in group if str(error).startswith(f"your {item.stage.id}:")), None)
-        if culprit is None and len(group) > 1:  # a baseline kept from the memo: each stage on its own
-            for item in group:
-                _time_group(run, [item], sources, results)
+            group.kernels[reference] = TimedKernel(reference, stage.id, build)
+        group.compared[stage.id] = (yours, baseline, reference)
+    return group
+
+
+def _settle(
+    run: StudentRun,
+    group: _Group,
+    outcome: tuple[Timing, ...] | Exception | None,
+    sources: Mapping[str, KernelSource | None],
+    results: dict[str, StageResult],
+) -> None:
+    """Judge a group's speeds from its timings, or act on why it has none."""
+    items = group.items
+    if outcome is None:  # not timed: an earlier group's worker ended
+        _time_groups(run, [items], sources, results)
+    elif isinstance(outcome, WrongTimedResult):
+        culprit = next((item for item in items if str(outcome).startswith(f"your {item.stage.id}:")), None)
+        if culprit is None and len(items) > 1:  # a baseline kept from the memo: each stage on its own
+            _time_groups(run, [[item] for item in items], sources, results)
             return
-        culprit = culprit or group[0]
+        culprit = culprit or items[0]
         hint_text = "results must not depend on the call"
-        wrong = replace(culprit.result, status=Status.INCORRECT, message=str(error), hint=hint_text)
+        wrong = replace(culprit.result, status=Status.INCORRECT, message=str(outcome), hint=hint_text)
         culprit.result = results[culprit.stage.id] = wrong
-        rest = [item for item in group if item is not culprit]
+        rest = [item for item in items if item is not culprit]
         if rest:
-            _time_group(run, rest, sources, results)
-        return
-    except (KernelTimeout, KernelFault) as error:
-        if len(group) > 1:
-            for item in group:
-                _time_group(run, [item], sources, results)
+            _time_groups(run, [rest], sources, results)
+    elif isinstance(outcome, (KernelTimeout, KernelFault)):
+        if len(items) > 1:
+            _time_groups(run, [[item] for item in items], sources, results)
             return
-        (item,) = group
-        if isinstance(error, KernelTimeout):
-            item.result = replace(item.result, status=Status.TIMEOUT, message=f"timing stopped: {error}")
+        (item,) = items
+        if isinstance(outcome, KernelTimeout):
+            item.result = replace(item.result, status=Status.TIMEOUT, message=f"timing stopped: {outcome}")
         else:
-            item.result = replace(item.result, status=Status.CRASHED, message=f"crashed while timed: {error}")
+            item.result = replace(item.result, status=Status.CRASHED, message=f"crashed while timed: {outcome}")
         results[item.stage.id] = item.result
-        return
-    by_label = {timing.label: timing for timing in measured}
-    for item in group:
-        yours, baseline, reference = compared[item.stage.id]
-        baselines = [by_label[baseline]] if baseline else []
-        timings = (replace(by_label[yours], label="yours"), *baselines, by_label[reference])
-        step = run.calibration().step(item.stage.id) if baseline else None
-        item.result = replace(item.result, performance=judge_speed(run.rubric, timings, baseline, step))
+    else:
+        by_label = {timing.label: timing for timing in outcome}
+        for item in items:
+            yours, baseline, reference = group.compared[item.stage.id]
+            baselines = [by_label[baseline]] if baseline else []
+            timings = (replace(by_label[yours], label="yours"), *baselines, by_label[reference])
+            step = run.calibration().step(item.stage.id) if baseline else None
+            item.result = replace(item.result, performance=judge_speed(run.rubric, timings, baseline, step))

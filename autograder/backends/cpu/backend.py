@@ -16,7 +16,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -303,10 +303,14 @@ class CpuBackend(Backend):
     def synchronize(self) -> None:
         """Launches run synchronously; there is nothing to wait for."""
 
-    def elapsed_ms(self, work: Callable[[], None]) -> float:
-        start = time.perf_counter()
-        work()
-        return (time.perf_counter() - start) * 1000.0
+    def elapsed_each(self, calls: Sequence[tuple[Callable[[], None], Callable[[], None]]]) -> list[float]:
+        times = []
+        for untimed, timed in calls:
+            untimed()
+            start = time.perf_counter()
+            timed()
+            times.append((time.perf_counter() - start) * 1000.0)
+        return times
 
     # -- findings and metrics -------------------------------------------------------------------------------
 
