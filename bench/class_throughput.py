@@ -16,17 +16,20 @@ every kernel), with the grader's own builds cached, as on any grading machine af
 Each class is first graded `--serial` students one by one, then whole on the first GPU, then on all GPUs (when
 there are several), with `--workers` students at once. Printed: the rate of each tenth of the class as it goes,
 then a table of the classes side by side, where the time went, the GPU's busy share, where processes waited in
-the kernel (state D), and whether the grades agree between the runs.
+the kernel (state D), the processes that ended by program (process accounting, as root), and whether the grades
+agree between the runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import os
 import random
 import secrets
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -211,6 +214,55 @@ class ProgramTimes:
         return "; ".join(f"{role.removeprefix('python: ')} {count}" for role, count in roles.most_common())
 
 
+class Accounting:
+    """Every process that ended while grading, by program: the kernel's process accounting (acct(2), version 3
+    records), where this bench may turn it on (as root). It counts what the /proc sampler misses, the compilers
+    and tools that live for less than a sample, and says how many processes a student costs."""
+
+    RECORD = struct.Struct("<BBHIIIIIIfHHHHHHHH16s")  # struct acct_v3
+
+    def __enter__(self) -> Accounting:
+        handle, name = tempfile.mkstemp(prefix="autograder-pacct-")
+        os.close(handle)
+        self.path = Path(name)
+        self.on = ctypes.CDLL(None, use_errno=True).acct(os.fsencode(self.path)) == 0
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.on:
+            ctypes.CDLL(None).acct(None)
+        else:
+            self.path.unlink(missing_ok=True)
+
+    def programs(self) -> tuple[collections.Counter[str], collections.Counter[str]]:
+        """Core-seconds and processes by program name."""
+        seconds: collections.Counter[str] = collections.Counter()
+        count: collections.Counter[str] = collections.Counter()
+        data = self.path.read_bytes()
+        self.path.unlink(missing_ok=True)
+        for offset in range(0, len(data) - self.RECORD.size + 1, self.RECORD.size):
+            fields = self.RECORD.unpack_from(data, offset)
+            if fields[1] != 3:
+                continue
+            name = fields[-1].split(b"\0")[0].decode(errors="replace")
+            seconds[name] += (_comp(fields[10]) + _comp(fields[11])) / 100  # utime and stime, in 1/100 s
+            count[name] += 1
+        return seconds, count
+
+    def summary(self, students: int, top: int = 10) -> str:
+        if not self.on:
+            return "not measured (process accounting needs root)"
+        seconds, count = self.programs()
+        shown = "; ".join(f"{name} {secs:.0f} ({count[name]})" for name, secs in seconds.most_common(top))
+        total, cores = sum(count.values()), sum(seconds.values())
+        return f"{total} processes ({total / students:.0f} a student), {cores:.0f} core-seconds: {shown}"
+
+
+def _comp(value: int) -> int:
+    """A comp_t: a 13-bit mantissa and a 3-bit base-8 exponent."""
+    return (value & 0x1FFF) << (3 * (value >> 13))
+
+
 @dataclass
 class Measured:
     """One class graded once: its wall time, results, GPU busy share and where processes waited."""
@@ -256,7 +308,7 @@ def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions, 
         tenths.append(f"{rate:.0f}")
         print(f"  {label}: {done}/{total} in {now - started:.0f} s ({rate:.0f} a minute in this tenth)", flush=True)
 
-    with GpuBusy() as busy:
+    with GpuBusy() as busy, Accounting() as accounting:
         run = grade_class(folder, out, options, spread=spread, on_student=progress)
     measured = Measured(time.monotonic() - started, run, busy.share(), busy.waits(), tenths, len(busy.contexts),
                         busy.cpu_share(), busy.programs.top(), busy.programs.started())
@@ -266,6 +318,7 @@ def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions, 
     print(f"  {label}: {phase_summary(run.results, measured.seconds)}")
     print(f"  {label}: CPU by program: {measured.programs}")
     print(f"  {label}: worker processes seen: {measured.workers}")
+    print(f"  {label}: processes ended, by program (core-seconds, count): {accounting.summary(students)}")
     if measured.waits:
         print(f"  {label}: waiting in the kernel (state D): {measured.waits}")
     if run.lost_workers:

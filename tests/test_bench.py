@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autograder.stages import REQUIRED_STAGE_IDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,3 +22,20 @@ def test_the_cpu_benchmark_prints_every_stage() -> None:
     for stage_id in REQUIRED_STAGE_IDS:
         assert any(line.startswith(stage_id) for line in done.stdout.splitlines()), stage_id
     assert "all seven stages graded" in done.stdout
+
+
+def test_process_accounting_counts_every_program_that_ends_inside_it() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from class_throughput import Accounting
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    with Accounting() as accounting:
+        for _ in range(3):
+            subprocess.run(["sleep", "0"], check=True)
+        subprocess.run([sys.executable, "-c", "sum(range(10**7))"], check=True)
+    if not accounting.on:
+        pytest.skip("process accounting needs root")
+    seconds, count = accounting.programs()
+    assert count["sleep"] == 3
+    assert 0.05 < seconds[Path(sys.executable).name[:15]] < 60  # the name it was started by
