@@ -199,7 +199,7 @@ class ClassOptions:
 
     workers: int = 1  # students graded at once on this machine (more than one: a local Dask cluster)
     scheduler: str | None = None  # the address of an existing Dask cluster
-    gpus: tuple[int, ...] = ()  # the GPUs students are placed on (round robin); () for the default device
+    gpus: tuple[int, ...] = ()  # the GPUs students are placed on (autograder.schedule.place); () for the default
     resume: bool = False  # keep the results of students whose notebook, rubric and grader are unchanged
     # Keep a grading process's GPU workers from one student to the next where that is safe (autograder.executors);
     # False gives every student fresh ones, at a CUDA context or four a student.
@@ -233,8 +233,9 @@ def grade_class(
     failures: list[tuple[str, str]] = []
     unwritten: list[str] = []  # students the grader failed on with no result at all
     tasks = []
+    local_cluster = spread.workers > 1 and spread.scheduler is None
     for submission, placement in zip(
-        discovery.submissions, place(len(discovery.submissions), spread.gpus), strict=True
+        discovery.submissions, place(len(discovery.submissions), spread.gpus, by_process=local_cluster), strict=True
     ):
         kept = previous.get(file_stem(submission.student))
         if kept is not None and _still_valid(kept, submission, options):
@@ -286,8 +287,9 @@ def grade_submission(
     """Grade one student where the scheduler put it: (student, result, None), or (student, None, what went
     wrong in the grader). Its GPU workers may serve the next student this process grades, where nothing an
     earlier student's kernel did can reach it (autograder.executors); every other worker is fresh."""
-    if placement.gpu is not None:
-        options = replace(options, backend_options={**options.backend_options, "device_index": placement.gpu})
+    gpu = placement.chosen()
+    if gpu is not None:
+        options = replace(options, backend_options={**options.backend_options, "device_index": gpu})
     try:
         if submission.notebook is None:
             result = no_notebook(submission.student, options, submission.problem or "no notebook")
@@ -295,7 +297,7 @@ def grade_submission(
             result = grade_notebook(submission.notebook, submission.student, options, share=share)
     except Exception as error:  # a bug in the grader must not stop the class
         return submission.student, None, f"{error!r}\n{traceback.format_exc()}"
-    stamped = replace(submission.stamp(result), gpu=placement.gpu, notebook_sha256=_sha256(submission.notebook))
+    stamped = replace(submission.stamp(result), gpu=gpu, notebook_sha256=_sha256(submission.notebook))
     return submission.student, stamped, None
 
 

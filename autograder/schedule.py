@@ -7,11 +7,12 @@ The unit of work is one student: `grade_submission` (autograder.batch), a plain 
 - on an existing Dask cluster (`scheduler="tcp://host:8786"`), such as one started by `dask-jobqueue` on Slurm.
   GPU workers there are declared with the Dask resource `GPU=1`, and each student's task asks for it.
 
-On a machine with GPUs each student is placed on one GPU (round robin over `gpus`), and all its stages are
-timed there. `gpu_gate` makes the timing fair: correctness runs share a GPU, a timing has it alone. The gate is
-a pair of file locks, so it holds across the processes of a local cluster as well as across threads. So is
-`cpu_slot`, a core of the machine for each compile, so that students compiling ahead of time (autograder.build)
-never run more compilers at once than the machine has cores.
+On a machine with GPUs each student is placed on one GPU, and all its stages are timed there: on a local
+cluster the GPU of the grading process that takes it (each process keeps to one, round robin over `gpus`),
+elsewhere round robin over the students. `gpu_gate` makes the timing fair: correctness runs share a GPU, a
+timing has it alone. The gate is a pair of file locks per GPU, so it holds across the processes of a local
+cluster as well as across threads. So is `cpu_slot`, a core of the machine for each compile, so that students
+compiling ahead of time (autograder.build) never run more compilers at once than the machine has cores.
 """
 
 from __future__ import annotations
@@ -34,16 +35,38 @@ LOCK_DIR = Path(tempfile.gettempdir()) / "autograder-gpu-locks"
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one student runs: the GPU its stages are timed on (None on the CPU backend)."""
+    """Where one student runs: the GPU its stages are timed on (None on the CPU backend); or, on a local cluster
+    with several GPUs, the GPUs to choose from where it runs (`chosen`)."""
 
     gpu: int | None
+    gpus: tuple[int, ...] = ()
+
+    def chosen(self) -> int | None:
+        """The student's GPU: its own, or the GPU of the grading process that took it."""
+        return self.gpus[_process_number() % len(self.gpus)] if self.gpus else self.gpu
 
 
-def place(count: int, gpus: tuple[int, ...]) -> list[Placement]:
-    """Round robin over the GPUs, so each gets every len(gpus)-th student."""
+def place(count: int, gpus: tuple[int, ...], by_process: bool = False) -> list[Placement]:
+    """Round robin over the GPUs, so each gets every len(gpus)-th student. With `by_process` (a local cluster),
+    each grading process keeps to one GPU instead, and takes its students there: the GPU workers it keeps
+    (autograder.executors) then serve all its students, where round robin made every process keep a set of
+    workers, CUDA contexts, on every GPU, and start more as its students changed GPU."""
     if not gpus:
         return [Placement(None)] * count
+    if by_process and len(gpus) > 1:
+        return [Placement(None, gpus)] * count
     return [Placement(gpus[index % len(gpus)]) for index in range(count)]
+
+
+def _process_number() -> int:
+    """This grading process's number among a local Dask cluster's (its workers are named 0, 1, ...), else 0."""
+    try:
+        from distributed import get_worker
+
+        name = get_worker().name
+    except (ImportError, ValueError):
+        return 0
+    return name if isinstance(name, int) else 0
 
 
 @contextmanager

@@ -16,7 +16,7 @@ import pytest
 from autograder.batch import ClassOptions, grade_class
 from autograder.grade import GradeOptions, grade_notebook
 from autograder.records import PerfVerdict, Status, StudentResult, to_dict
-from autograder.schedule import gpu_gate, place, run
+from autograder.schedule import Placement, gpu_gate, place, run
 from autograder.verify import UNDEFINED_KINDS
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "submissions"
@@ -137,8 +137,26 @@ def test_resume_regrades_a_changed_notebook_and_a_changed_rubric(klass: Path, se
 
 
 def test_students_are_spread_round_robin_over_the_gpus() -> None:
-    assert [p.gpu for p in place(5, (0, 1))] == [0, 1, 0, 1, 0]
-    assert [p.gpu for p in place(2, ())] == [None, None]
+    assert [p.chosen() for p in place(5, (0, 1))] == [0, 1, 0, 1, 0]
+    assert [p.chosen() for p in place(2, ())] == [None, None]
+
+
+def gpu_of_this_process(placement: Placement) -> tuple[int, int | None]:
+    time.sleep(0.2)  # long enough that both processes take students
+    return os.getpid(), placement.chosen()
+
+
+def test_on_a_local_cluster_each_grading_process_keeps_to_one_gpu() -> None:
+    # So the GPU workers a process keeps serve all its students, with no CUDA contexts on every GPU.
+    placements = place(12, (0, 1), by_process=True)
+    assert placements[0].chosen() == 0  # outside a cluster, one process: the first GPU
+    seen: list[tuple[int, int | None]] = []
+    run(gpu_of_this_process, [(p,) for p in placements], workers=2, on_result=seen.append, on_lost=print)
+    gpus_by_process: dict[int, set[int | None]] = {}
+    for pid, gpu in seen:
+        gpus_by_process.setdefault(pid, set()).add(gpu)
+    assert len(seen) == 12 and len(gpus_by_process) == 2
+    assert sorted(gpu for gpus in gpus_by_process.values() for gpu in gpus) == [0, 1]
 
 
 def test_a_timing_has_its_gpu_alone_and_is_not_starved_by_correctness_runs() -> None:
