@@ -159,30 +159,34 @@ def test_on_a_local_cluster_each_grading_process_keeps_to_one_gpu() -> None:
     assert sorted(gpu for gpus in gpus_by_process.values() for gpu in gpus) == [0, 1]
 
 
-def test_a_timing_has_its_gpu_alone_and_is_not_starved_by_correctness_runs() -> None:
-    events: list[tuple[str, str, float]] = []
+def held(gpu: int, plan: list[tuple[str, bool, float, float]]) -> dict[tuple[str, str], float]:
+    """Hold GPU `gpu`'s gate from a thread for each (name, exclusive, seconds held, seconds after the first
+    thread it starts): when each one's hold started and ended."""
+    events: dict[tuple[str, str], float] = {}
     lock = threading.Lock()
 
     def hold(name: str, exclusive: bool, seconds: float) -> None:
-        with gpu_gate(7, exclusive):
+        with gpu_gate(gpu, exclusive):
             with lock:
-                events.append((name, "start", time.monotonic()))
+                events[name, "start"] = time.monotonic()
             time.sleep(seconds)
             with lock:
-                events.append((name, "end", time.monotonic()))
+                events[name, "end"] = time.monotonic()
 
-    readers = [threading.Thread(target=hold, args=(f"check{i}", False, 0.3)) for i in range(3)]
-    for thread in readers:
-        thread.start()
-    time.sleep(0.05)
-    timing = threading.Thread(target=hold, args=("timing", True, 0.3))
-    timing.start()
-    time.sleep(0.05)
-    late = threading.Thread(target=hold, args=("late-check", False, 0.1))
-    late.start()
-    for thread in (*readers, timing, late):
+    threads = []
+    started = time.monotonic()
+    for name, exclusive, seconds, after in plan:
+        time.sleep(max(0.0, started + after - time.monotonic()))
+        threads.append(threading.Thread(target=hold, args=(name, exclusive, seconds)))
+        threads[-1].start()
+    for thread in threads:
         thread.join()
-    at = {(name, what): when for name, what, when in events}
+    return events
+
+
+def test_a_timing_has_its_gpu_alone_and_is_not_starved_by_correctness_runs() -> None:
+    checks = [(f"check{i}", False, 0.3, 0.0) for i in range(3)]
+    at = held(7, [*checks, ("timing", True, 0.3, 0.05), ("late-check", False, 0.1, 0.1)])
     assert at[("timing", "start")] >= max(at[(f"check{i}", "end")] for i in range(3))  # it waited for them
     assert at[("late-check", "start")] >= at[("timing", "end")]  # and nothing started while it timed
     checks_overlap = at[("check1", "start")] < at[("check0", "end")]
@@ -190,26 +194,9 @@ def test_a_timing_has_its_gpu_alone_and_is_not_starved_by_correctness_runs() -> 
 
 
 def test_timings_that_wait_together_go_one_after_another_before_any_new_correctness_run() -> None:
-    events: list[tuple[str, str, float]] = []
-    lock = threading.Lock()
-
-    def hold(name: str, exclusive: bool, seconds: float) -> None:
-        with gpu_gate(8, exclusive):
-            with lock:
-                events.append((name, "start", time.monotonic()))
-            time.sleep(seconds)
-            with lock:
-                events.append((name, "end", time.monotonic()))
-
-    plan = [("check0", False, 0.4), ("timing0", True, 0.2), ("check1", False, 0.1), ("timing1", True, 0.2)]
-    threads = []
-    for name, exclusive, seconds in plan:  # each comes while the ones before it still wait or run
-        threads.append(threading.Thread(target=hold, args=(name, exclusive, seconds)))
-        threads[-1].start()
-        time.sleep(0.05)
-    for thread in threads:
-        thread.join()
-    at = {(name, what): when for name, what, when in events}
+    # Each comes while the ones before it still wait or run.
+    at = held(8, [("check0", False, 0.4, 0.0), ("timing0", True, 0.2, 0.05), ("check1", False, 0.1, 0.1),
+                  ("timing1", True, 0.2, 0.15)])
     assert at[("timing0", "start")] >= at[("check0", "end")]
     assert at[("timing1", "start")] >= at[("timing0", "end")]  # the timings never overlap
     assert at[("check1", "start")] >= at[("timing1", "end")]  # the later timing went first: one drain for both
