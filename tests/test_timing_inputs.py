@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -141,15 +142,15 @@ def test_a_timing_takes_the_plans_readied_for_its_kernels_once(
         return create(cls, backend, kernel, *args, **kwargs)
 
     monkeypatch.setattr(Plan, "create", classmethod(counted))
-    backend = CpuBackend(cache_dir=cache_dir)
     kernels = reference_kernels("naive", "shuffle")
-    prepare_timing(backend, ("naive", "shuffle"), SETTINGS, SEED)
-    ready_timing(backend, kernels, SETTINGS, SEED)  # with the GPU shared, before the grader takes it alone
-    assert created == ["naive", "shuffle"]
-    readied = time_interleaved(backend, kernels, SETTINGS, SEED)
-    assert created == ["naive", "shuffle"]  # it loaded nothing more
-    ready_timing(backend, kernels[:1], SETTINGS, SEED)  # readied for other kernels: not taken
-    afresh = time_interleaved(backend, kernels, SETTINGS, SEED)  # nor are the plans the first timing released
+    with closing(CpuBackend(cache_dir=cache_dir)) as backend:
+        prepare_timing(backend, ("naive", "shuffle"), SETTINGS, SEED)
+        ready_timing(backend, kernels, SETTINGS, SEED)  # with the GPU shared, before the grader takes it alone
+        assert created == ["naive", "shuffle"]
+        readied = time_interleaved(backend, kernels, SETTINGS, SEED)
+        assert created == ["naive", "shuffle"]  # it loaded nothing more
+        ready_timing(backend, kernels[:1], SETTINGS, SEED)  # readied for other kernels: not taken
+        afresh = time_interleaved(backend, kernels, SETTINGS, SEED)  # nor are the plans the first timing released
     assert created == ["naive", "shuffle", "naive", "naive", "shuffle"]
     assert [t.label for t in readied] == [t.label for t in afresh] == [k.label for k in kernels]
     assert all(t.repetitions >= SETTINGS.min_repetitions for t in (*readied, *afresh))
@@ -204,9 +205,9 @@ __global__ void reduce_shuffle(const float *g_in, float *g_out, unsigned int n)
 
 
 def test_a_kernel_wrong_in_one_timed_call_of_a_round_is_named_with_its_call(cache_dir: Path) -> None:
-    backend = CpuBackend(cache_dir=cache_dir)
     yours = TimedKernel("your shuffle", "shuffle", KernelSource(WRONG_WHEN_REPEATED))
-    prepare_timing(backend, ("first_add", "shuffle"), SETTINGS, SEED)
-    # Calls 1-2 warm up; rounds of two follow, the order turning each round: its fourth reduction is call 8.
-    with pytest.raises(timing.WrongTimedResult, match=r"^your shuffle: a timed call \(call 8, n=65536\) gave"):
-        time_interleaved(backend, (*reference_kernels("first_add"), yours), SETTINGS, SEED)
+    with closing(CpuBackend(cache_dir=cache_dir)) as backend:
+        prepare_timing(backend, ("first_add", "shuffle"), SETTINGS, SEED)
+        # Calls 1-2 warm up; rounds of two follow, the order turning each round: its fourth reduction is call 8.
+        with pytest.raises(timing.WrongTimedResult, match=r"^your shuffle: a timed call \(call 8, n=65536\) gave"):
+            time_interleaved(backend, (*reference_kernels("first_add"), yours), SETTINGS, SEED)
