@@ -80,7 +80,7 @@ def time_interleaved(
     plans: list[Plan] = []
     samples: list[list[float]] = [[] for _ in kernels]
     try:
-        plans = _ready(kernels) or _plans(backend, kernels, settings, data)
+        plans = _ready(kernels, settings, seed) or _plans(backend, kernels, settings, data)
         for _ in range(settings.warmup):
             checker.round(backend, plans, kernels, list(range(len(kernels))), timed=False)
         started = time.monotonic()
@@ -116,17 +116,18 @@ def ready_timing(backend: Backend, kernels: tuple[TimedKernel, ...], settings: T
     in this worker: work that needs the GPU, but not alone (the grader holds it shared meanwhile)."""
     stage = get_stage(kernels[0].stage_id)
     data, _, _ = _timing_input(seed, settings.size_of(stage.shape), stage)
-    keep(_ready_key(kernels), _plans(backend, kernels, settings, data))
+    keep(_ready_key(kernels, settings, seed), _plans(backend, kernels, settings, data))
 
 
-def _ready(kernels: tuple[TimedKernel, ...]) -> list[Plan] | None:
-    plans = take(_ready_key(kernels))
+def _ready(kernels: tuple[TimedKernel, ...], settings: TimingSettings, seed: int) -> list[Plan] | None:
+    plans = take(_ready_key(kernels, settings, seed))
     return plans if isinstance(plans, list) else None
 
 
-def _ready_key(kernels: tuple[TimedKernel, ...]) -> tuple:
+def _ready_key(kernels: tuple[TimedKernel, ...], settings: TimingSettings, seed: int) -> tuple:
     texts = (k.source.text if isinstance(k.source, KernelSource) else k.source.source.text for k in kernels)
-    return ("timing", *((k.label, k.stage_id, text) for k, text in zip(kernels, texts, strict=True)))
+    named = ((k.label, k.stage_id, text) for k, text in zip(kernels, texts, strict=True))
+    return ("timing", settings, seed, *named)
 
 
 def _plans(
@@ -242,8 +243,14 @@ class _Checker:
     """Changes one input value before each call, keeps the expected result up to date, and checks each call's
     result, a round of calls at a time.
 
+    Each change moves the expected result the same way, by more than any kernel's tolerance (by STEPS times the
+    largest, a sum; to a new maximum, a max): no earlier call's result is right again, so a kernel that keeps
+    an answer and replays it, at the timed size only, fails its next call. A change within the tolerance would
+    not do: at 2^26 values a sum's tolerance is about 140, and small changes drift far less in 2000 calls.
     `restore` puts the changed values back, so the next group of kernels times the same input again.
     """
+
+    STEPS = (3.0, 6.0)  # a sum's change, in multiples of the largest tolerance (at least 1)
 
     def __init__(
         self, shape: Shape, data: np.ndarray, expected: float, tolerances: dict[str, float], rng: np.random.Generator
@@ -254,6 +261,7 @@ class _Checker:
         self.rng = rng
         self.calls = 0
         self.original: dict[int, np.float32] = {}
+        self.unit = max(1.0, *tolerances.values())
 
     def restore(self) -> None:
         for index, value in self.original.items():
@@ -264,14 +272,12 @@ class _Checker:
         index = int(self.rng.integers(self.data.size))
         self.original.setdefault(index, self.data[index])
         old = float(self.data[index])
-        self.data[index] = np.float32(self.rng.random() * 2.0 - 0.75)
-        new = float(self.data[index])
         if self.shape is Shape.SUM_1D:
-            self.expected += new - old
-        elif new >= self.expected:
-            self.expected = new
-        elif old == self.expected:
-            self.expected = float(self.data.max())
+            self.data[index] = np.float32(old + self.unit * self.rng.uniform(*self.STEPS))
+            self.expected += float(self.data[index]) - old
+        else:
+            self.data[index] = np.float32(self.expected + self.rng.uniform(0.5, 1.5))
+            self.expected = float(self.data[index])
         return index
 
     def round(

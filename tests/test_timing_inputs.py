@@ -17,6 +17,7 @@ from autograder.launch import Plan
 from autograder.records import KernelSource
 from autograder.references import reference_source
 from autograder.sandbox import Sandbox
+from autograder.stages import Shape
 from autograder.timing import (
     TimedKernel,
     TimingSettings,
@@ -211,3 +212,110 @@ def test_a_kernel_wrong_in_one_timed_call_of_a_round_is_named_with_its_call(cach
         # Calls 1-2 warm up; rounds of two follow, the order turning each round: its fourth reduction is call 8.
         with pytest.raises(timing.WrongTimedResult, match=r"^your shuffle: a timed call \(call 8, n=65536\) gave"):
             time_interleaved(backend, (*reference_kernels("first_add"), yours), SETTINGS, SEED)
+
+
+# Replays, at the timed size only, the first-pass outputs of its first reduction of that size: one honest call,
+# then the same answer, fast. The changes of the input between calls must move every result beyond the
+# tolerance, and always the same way, so that no replayed answer is ever right again.
+REPLAYS_A_SUM = """
+__device__ float kept_sums[128];
+__device__ int kept;
+
+__global__ void reduce_first_add(const float *g_in, float *g_out, unsigned int n)
+{
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * (2 * blockDim.x) + threadIdx.x;
+    if (n == 65536u && kept) {
+        if (tid == 0) {
+            g_out[blockIdx.x] = kept_sums[blockIdx.x];
+        }
+        return;
+    }
+    if (n == 128u && blockIdx.x == 0 && tid == 0) {
+        kept = 1;  // the second pass: the first one's outputs are all kept by now
+    }
+    sdata[tid] = ((i < n) ? g_in[i] : 0.0f) + ((i + blockDim.x < n) ? g_in[i + blockDim.x] : 0.0f);
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            sdata[tid] += sdata[tid + s];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        g_out[blockIdx.x] = sdata[0];
+        if (n == 65536u) {
+            kept_sums[blockIdx.x] = sdata[0];
+        }
+    }
+}
+"""
+
+REPLAYS_A_MAX = """
+__device__ float kept_maxima[32 * 32];
+__device__ int kept;
+
+__global__ void max2d(const float *g_in, float *g_out, unsigned int width, unsigned int height)
+{
+    unsigned int half_w = (width + 1) / 2;
+    unsigned int half_h = (height + 1) / 2;
+    unsigned int x = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= half_w || y >= half_h) {
+        return;
+    }
+    size_t out = (size_t)y * half_w + x;
+    bool timed = width == 64u && height == 64u;
+    if (timed && kept) {
+        g_out[out] = kept_maxima[out];
+        return;
+    }
+    if (width == 32u && height == 32u && out == 0) {
+        kept = 1;  // the second pass: the first one's outputs are all kept by now
+    }
+    float m = g_in[(size_t)y * width + x];
+    if (x + half_w < width) {
+        m = fmaxf(m, g_in[(size_t)y * width + x + half_w]);
+    }
+    if (y + half_h < height) {
+        m = fmaxf(m, g_in[(size_t)(y + half_h) * width + x]);
+        if (x + half_w < width) {
+            m = fmaxf(m, g_in[(size_t)(y + half_h) * width + x + half_w]);
+        }
+    }
+    g_out[out] = m;
+    if (timed) {
+        kept_maxima[out] = m;
+    }
+}
+"""
+
+
+@pytest.mark.parametrize(("stage_id", "source"), [("first_add", REPLAYS_A_SUM), ("max2d", REPLAYS_A_MAX)])
+def test_a_kernel_that_replays_its_answer_at_the_timed_size_fails_its_first_replay(
+    stage_id: str, source: str, cache_dir: Path
+) -> None:
+    replays = TimedKernel(f"your {stage_id}", stage_id, KernelSource(source))
+    with closing(CpuBackend(cache_dir=cache_dir)) as backend:
+        prepare_timing(backend, (stage_id,), SETTINGS, SEED)
+        # Call 1 warms up (an honest reduction); call 2 replays it.
+        with pytest.raises(timing.WrongTimedResult, match=rf"^your {stage_id}: a timed call \(call 2, "):
+            time_interleaved(backend, (replays,), SETTINGS, SEED)
+
+
+@pytest.mark.parametrize(("shape", "tolerance"), [(Shape.SUM_1D, 140.0), (Shape.SUM_1D, 0.01), (Shape.MAX_2D, 0.0)])
+def test_every_change_of_the_timed_input_moves_its_result_past_any_earlier_one(shape: Shape, tolerance: float) -> None:
+    # 140 is about a sum's tolerance at the timed 2^26 values: more than small changes drift in 3000 calls.
+    original = draw("random", 4096, SEED)
+    data = original.copy()
+    exact = float(np.sum(data, dtype=np.float64)) if shape is Shape.SUM_1D else float(data.max())
+    checker = timing._Checker(shape, data, exact, {"a stage": tolerance}, np.random.default_rng(1))
+    results = [checker.expected]
+    for _ in range(3000):
+        checker._perturb()
+        results.append(checker.expected)
+        assert checker.expected == (float(np.sum(data, dtype=np.float64)) if shape is Shape.SUM_1D else data.max())
+    assert min(np.diff(results)) > tolerance  # so no earlier result is within the tolerance of a later one
+    checker.restore()
+    assert np.array_equal(data, original)

@@ -148,7 +148,7 @@ def _settle(
     elif isinstance(outcome, WrongTimedResult):
         culprit = next((item for item in items if str(outcome).startswith(f"your {item.stage.id}:")), None)
         if culprit is None and len(items) > 1:  # a baseline kept from the memo: each stage on its own
-            _time_groups(run, [[item] for item in items], sources, results)
+            _one_by_one(run, items, sources, results)
             return
         culprit = culprit or items[0]
         hint_text = "results must not depend on the call"
@@ -159,7 +159,7 @@ def _settle(
             _time_groups(run, [rest], sources, results)
     elif isinstance(outcome, (KernelTimeout, KernelFault)):
         if len(items) > 1:
-            _time_groups(run, [[item] for item in items], sources, results)
+            _one_by_one(run, items, sources, results)
             return
         (item,) = items
         if isinstance(outcome, KernelTimeout):
@@ -175,3 +175,12 @@ def _settle(
             timings = (replace(by_label[yours], label="yours"), *baselines, by_label[reference])
             step = run.calibration().step(item.stage.id) if baseline else None
             item.result = replace(item.result, performance=judge_speed(run.rubric, timings, baseline, step))
+
+
+def _one_by_one(
+    run: StudentRun, items: list[StageWork], sources: Mapping[str, KernelSource | None], results: dict[str, StageResult]
+) -> None:
+    """Each stage timed on its own, in order, each after the one before is settled: a stage found wrong on the
+    way is no later stage's baseline."""
+    for item in items:
+        _time_groups(run, [[item]], sources, results)
