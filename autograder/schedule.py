@@ -198,7 +198,7 @@ def _client(client_class: Any, cluster_class: Any, workers: int, scheduler: str 
     # tracebacks), here and in its workers, stay out of the run's output: what matters of them, a task lost with
     # its worker, comes back through `run`. Dask's profiler, which samples every worker's stack a hundred times a
     # second for its dashboard, is off: the local cluster has no dashboard, and it cost a grading process a
-    # tenth of its CPU (py-spy, README "Large classes").
+    # tenth of its CPU (measured with py-spy; README "Large classes", the throughput table).
     import dask
 
     with (
