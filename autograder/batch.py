@@ -20,7 +20,8 @@ import stat
 import tempfile
 import traceback
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,10 +30,13 @@ import pandas as pd
 from autograder.errors import GraderError
 from autograder.executors import close_kept
 from autograder.grade import GradeOptions, grade_notebook, no_notebook
+from autograder.isolation import Worker
 from autograder.memo import grader_version
 from autograder.records import StudentResult, from_dict, to_dict
 from autograder.sandbox import Sandbox
+from autograder.sanitizer import TOOLS, find_sanitizer, launcher_of
 from autograder.schedule import Placement, place, run
+from autograder.sessions import Address, SessionHost
 from autograder.spreadsheets import csv_text
 from autograder.stages import STAGE_IDS
 
@@ -266,11 +270,12 @@ def grade_class(
         record((task[0].student, None, f"its grading was lost with the worker processes that ran it: {why}"))
 
     gpu_tasks = options.backend != "cpu"
-    try:
-        lost_workers = run(grade_submission, tasks, workers=spread.workers, scheduler=spread.scheduler,
-                           gpu_tasks=gpu_tasks, on_result=record, on_lost=lost)
-    finally:
-        close_kept()  # the workers this process kept for its next student (a cluster's end with its processes)
+    with _shared_sessions(options, spread, local_cluster and gpu_tasks) as sessions:
+        try:
+            lost_workers = run(grade_submission, [(*task, sessions) for task in tasks], workers=spread.workers,
+                               scheduler=spread.scheduler, gpu_tasks=gpu_tasks, on_result=record, on_lost=lost)
+        finally:
+            close_kept()  # the workers this process kept for its next student (a cluster's end with its processes)
     if failures:
         write_json(out / f"{FAILURES_STEM}.json", [{"student": s, "error": e} for s, e in failures])
     return ClassRun(_by_student(results), tuple(sorted(failures)), out, discovery.skipped, lost_workers)
@@ -281,12 +286,37 @@ def _by_student(results: list[StudentResult]) -> tuple[StudentResult, ...]:
     return tuple(sorted(results, key=lambda result: result.student))
 
 
+@contextmanager
+def _shared_sessions(options: GradeOptions, spread: ClassOptions, wanted: bool) -> Iterator[Address | None]:
+    """The class's compute-sanitizer sessions, one a tool and GPU, that all the grading processes of a local
+    cluster share (autograder.sessions); None where they would not be used: no GPU, no compute-sanitizer, no
+    local cluster, or no worker kept from one student to the next."""
+    tool = find_sanitizer()
+    # Without --gpus a student is graded on the first GPU, where there is one (the `auto` backend's choice).
+    gpus = spread.gpus or ((0,) if options.backend == "gpu" or Path("/dev/nvidia0").exists() else ())
+    if not (wanted and gpus and spread.share_workers and tool is not None):
+        yield None
+        return
+    sandbox, backend_options = Sandbox(options.sandbox), dict(options.backend_options)
+
+    def make(name: str, gpu: int) -> Worker:
+        return Worker("gpu", {**backend_options, "device_index": gpu}, sandbox, launcher=launcher_of(tool, name))
+
+    with SessionHost(make, TOOLS, gpus) as host:
+        yield host.address
+
+
 def grade_submission(
-    submission: Submission, options: GradeOptions, placement: Placement, share: bool = True
+    submission: Submission,
+    options: GradeOptions,
+    placement: Placement,
+    share: bool = True,
+    sessions: Address | None = None,
 ) -> tuple[str, StudentResult | None, str | None]:
     """Grade one student where the scheduler put it: (student, result, None), or (student, None, what went
     wrong in the grader). Its GPU workers may serve the next student this process grades, where nothing an
-    earlier student's kernel did can reach it (autograder.executors); every other worker is fresh."""
+    earlier student's kernel did can reach it (autograder.executors); every other worker is fresh. `sessions`:
+    the class's shared compute-sanitizer sessions, if it has them."""
     gpu = placement.chosen()
     if gpu is not None:
         options = replace(options, backend_options={**options.backend_options, "device_index": gpu})
@@ -294,7 +324,7 @@ def grade_submission(
         if submission.notebook is None:
             result = no_notebook(submission.student, options, submission.problem or "no notebook")
         else:
-            result = grade_notebook(submission.notebook, submission.student, options, share=share)
+            result = grade_notebook(submission.notebook, submission.student, options, share=share, sessions=sessions)
     except Exception as error:  # a bug in the grader must not stop the class
         return submission.student, None, f"{error!r}\n{traceback.format_exc()}"
     stamped = replace(submission.stamp(result), gpu=gpu, notebook_sha256=_sha256(submission.notebook))

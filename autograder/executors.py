@@ -6,7 +6,8 @@ compute-sanitizer's sessions, one process per tool. Grading one student alone, e
 ends with the student.
 
 In a class (`share=True`), the GPU workers of a grading process serve one student after another: the main GPU
-worker and the compute-sanitizer sessions. Each fresh one is a CUDA context, which the driver makes and destroys
+worker and the compute-sanitizer sessions (on a local cluster the class's, one a tool and GPU for all its
+processes: autograder.sessions). Each fresh one is a CUDA context, which the driver makes and destroys
 one at a time: on an H200, one worker started and ended in 0.8 s, and sixteen started together took 5.4 s
 (README, "Large classes"). Kept, a class costs a few contexts per grading process instead of four per student.
 
@@ -51,6 +52,7 @@ from autograder.records import Build, DeviceInfo
 from autograder.references import reference_source, references_available
 from autograder.sandbox import Sandbox
 from autograder.schedule import gpu_gate
+from autograder.sessions import Address, RemoteSession
 from autograder.stages import get_stage
 from autograder.verify import Case, case_reference, forget, run_case
 
@@ -80,8 +82,10 @@ class StudentWorkers:
         *,
         share: bool = False,
         main: Worker | None = None,
+        sessions: Address | None = None,
     ) -> None:
-        """`main`: a worker of the caller's, used and left open; else one is taken or started here."""
+        """`main`: a worker of the caller's, used and left open; else one is taken or started here. `sessions`:
+        where the class's shared compute-sanitizer sessions are served (autograder.sessions), if anywhere."""
         self.backend = backend
         self.options = dict(options)
         self.sandbox = sandbox
@@ -91,6 +95,8 @@ class StudentWorkers:
         self.main = main if main is not None else self._take(backend, ())
         self._checker: Worker | None = None
         self._shared: dict[str, Worker] = {}  # compute-sanitizer sessions shared with other students, by tool
+        self._hosted = sessions
+        self._remote: dict[str, RemoteSession] = {}  # the same, served by the class's host, by tool
         self._sessions: dict[str, Worker] = {}  # this student's own sessions, by tool
         self._own: list[Worker] = []  # every session of this student's own, closed with it
         # Set by the pipeline when the student is graded: none of its kernels crashed, timed out or wrote out of
@@ -108,15 +114,20 @@ class StudentWorkers:
             self._checker = Worker("cpu", self.options, self.sandbox)
         return self._checker
 
-    def session(self, tool: str, launcher: tuple[str, ...], how: str) -> Worker:
+    def session(self, tool: str, launcher: tuple[str, ...], how: str) -> Worker | RemoteSession:
         """A worker started under compute-sanitizer's `tool`, shared as `how` says (autograder.sanitizer):
-        "shared", a kept session other students use too (this student's own when its workers are not kept);
-        "student", a session of this student's alone; "alone", a new session for one kernel."""
+        "shared", a session other students use too: the class's (autograder.sessions) where it has them, else
+        one kept in this process (this student's own when its workers are not kept); "student", a session of
+        this student's alone; "alone", a new session for one kernel."""
         if how == "alone":
             worker = Worker("gpu", self.options, self.sandbox, launcher=launcher)
             self._own.append(worker)
             return worker
         if how == "shared" and self.sharing:
+            if self._hosted is not None:
+                if tool not in self._remote:
+                    self._remote[tool] = RemoteSession(self._hosted, tool, int(self.options.get("device_index", 0)))
+                return self._remote[tool]
             if tool not in self._shared:
                 self._shared[tool] = self._take("gpu", launcher)
             return self._shared[tool]
@@ -131,6 +142,8 @@ class StudentWorkers:
         the student was `clean`, and after its canary."""
         for worker in (*self._own, *([self._checker] if self._checker else [])):
             worker.close()
+        for remote in self._remote.values():
+            remote.close()
         for worker in self._shared.values():  # only memory-safe kernels ran in them (autograder.sanitizer)
             self._release(worker, self.sharing, canary=False)
         if not self._given:

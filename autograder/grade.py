@@ -25,6 +25,7 @@ from autograder.pipeline.student import grade_student
 from autograder.records import DeviceInfo, KernelSource, StageResult, Status, StudentResult
 from autograder.rubric import Rubric, load_rubric, score
 from autograder.sandbox import Sandbox
+from autograder.sessions import Address
 from autograder.stages import STAGE_IDS
 
 NOT_STARTED = "not started"  # the device of a result whose notebook could not be read: no worker ran
@@ -63,9 +64,11 @@ def grade_notebook(
     worker: Worker | None = None,
     progress: Progress | None = None,
     share: bool = False,
+    sessions: Address | None = None,
 ) -> StudentResult:
     """Grade every stage of the notebook at `path`. `share`: the student's GPU workers may serve the next
-    student this process grades (a class run; autograder.executors says when that is safe)."""
+    student this process grades (a class run; autograder.executors says when that is safe). `sessions`: where
+    the class's shared compute-sanitizer sessions are (autograder.sessions), if anywhere."""
     options = options.with_seed()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
@@ -82,7 +85,7 @@ def grade_notebook(
         return _student(student, path, options, started, device, stages, problems=(), grader_errors=(failure,))
     sources = {stage_id: cell.source for stage_id, cell in cells.items()}
     problems = {stage_id: cell.problem for stage_id, cell in cells.items() if cell.problem and cell.attempted}
-    with _student_run(options, worker, share) as run:
+    with _student_run(options, worker, share, sessions) as run:
         results: dict[str, StageResult] = {}
         run.workers.clean = grade_student(run, STAGE_IDS, sources, problems, results, progress)
         stages = tuple(results[stage_id] for stage_id in STAGE_IDS)
@@ -116,10 +119,14 @@ def grade_stages(
 
 
 @contextmanager
-def _student_run(options: GradeOptions, worker: Worker | None, share: bool) -> Iterator[StudentRun]:
+def _student_run(
+    options: GradeOptions, worker: Worker | None, share: bool, sessions: Address | None = None
+) -> Iterator[StudentRun]:
     """The pipeline's shared state over the student's workers, which end with it (autograder.executors)."""
     sandbox = Sandbox(options.sandbox)
-    workers = StudentWorkers(options.backend, options.backend_options, sandbox, share=share, main=worker)
+    workers = StudentWorkers(
+        options.backend, options.backend_options, sandbox, share=share, main=worker, sessions=sessions
+    )
     try:
         yield StudentRun.start(options, workers)
     finally:

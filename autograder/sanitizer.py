@@ -30,12 +30,16 @@ from collections.abc import Callable, Mapping, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder.errors import KernelFault, KernelTimeout
 from autograder.isolation import Worker
 from autograder.records import Build, Finding
 from autograder.stages import Shape, get_stage
 from autograder.verify import Case, sanitized_run
+
+if TYPE_CHECKING:
+    from autograder.sessions import RemoteSession
 
 TOOLS = ("memcheck", "racecheck", "synccheck")
 # Small inputs: several blocks, the last one partial, so bounds and every round of the tree are exercised.
@@ -66,7 +70,8 @@ def find_sanitizer() -> str | None:
     return None
 
 
-Session = Callable[[str, tuple[str, ...], str], Worker]  # (tool, launcher, how it is shared) -> a worker
+# (tool, launcher, how it is shared) -> a worker, or a session the class's processes share (autograder.sessions)
+Session = Callable[[str, tuple[str, ...], str], "Worker | RemoteSession"]
 
 
 def sanitize(
@@ -81,7 +86,8 @@ def sanitize(
     as correctness runs share it (never while it times). Never raises for what a kernel does.
 
     Each kernel runs in the session `session(tool, launcher, how)` gives, `how` being one of SHARING:
-    - "shared": a session that other students' kernels use too (autograder.executors), for a kernel that cannot
+    - "shared": a session that other students' kernels use too (autograder.executors; on a local cluster one a
+      tool and GPU for all its processes, autograder.sessions), for a kernel that cannot
       print and is known to be memory-safe; memcheck takes every kernel that cannot print, since it stops a
       kernel at its first access outside an allocation. Its report is read as soon as its call returns, and
       only what was written during the call counts for the kernel: the tool has printed a kernel's report by
@@ -100,26 +106,39 @@ def sanitize(
     for tool in TOOLS:  # memcheck first: a kernel it catches is not memory-safe for the others
         launcher = launcher_of(sanitizer, tool)
         for stage_id, build in builds.items():
-            worker = session(tool, launcher, _sharing(tool, build, stage_id in unsafe))
-            start = worker.log_size()
-            failed = None
+            where = session(tool, launcher, _sharing(tool, build, stage_id in unsafe))
             case = SANITIZER_CASES[get_stage(stage_id).shape]
-            try:
-                worker.start()  # outside the gate: a session starting takes seconds, which a timing must not wait
-                with gate():
-                    worker.call(sanitized_run, build, case, block_size, timeout=SECONDS_PER_RUN)
-            except (KernelTimeout, KernelFault) as error:
-                # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.
-                failed = str(error).splitlines()[0]
-            if can_print(build):
-                worker.shut_down(wait=60.0)
-            seen = parse_report(tool, worker.report_lines(PREFIX, start), {stage_id: build}).get(stage_id, [])
+            if isinstance(where, Worker):
+                failed, lines = run_in(where, build, case, block_size, gate)
+            else:  # a session of the class's, in the process that runs it (autograder.sessions)
+                failed, lines = where.run(build, case, block_size, gate)
+            seen = parse_report(tool, lines, {stage_id: build}).get(stage_id, [])
             findings[stage_id].extend(seen)
             if failed and not seen:
                 notes[stage_id].append(f"compute-sanitizer {tool} could not finish on this kernel ({failed[:160]})")
             if tool == "memcheck" and (failed or seen):
                 unsafe.add(stage_id)
     return {stage_id: Sanitized(tuple(findings[stage_id]), tuple(notes[stage_id])) for stage_id in builds}
+
+
+def run_in(
+    worker: Worker, build: Build, case: Case, block_size: int, gate: Callable[[], AbstractContextManager[None]]
+) -> tuple[str | None, list[str]]:
+    """Run a kernel once in a session: why it could not finish (None where it did), and the tool's report lines
+    written during the run, no earlier ones. A kernel that can print ends its session, so that all its output,
+    and the tool's report, is written before the lines are read."""
+    start = worker.log_size()
+    failed = None
+    try:
+        worker.start()  # outside the gate: a session starting takes seconds, which a timing must not wait
+        with gate():
+            worker.call(sanitized_run, build, case, block_size, timeout=SECONDS_PER_RUN)
+    except (KernelTimeout, KernelFault) as error:
+        # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.
+        failed = str(error).splitlines()[0]
+    if can_print(build):
+        worker.shut_down(wait=60.0)
+    return failed, worker.report_lines(PREFIX, start)
 
 
 def launcher_of(sanitizer: str, tool: str) -> tuple[str, ...]:

@@ -53,14 +53,16 @@ def building_ahead(run: StudentRun, stages: Sequence[tuple[Stage, KernelSource]]
 
 def _workers_ahead(run: StudentRun) -> list[Worker]:
     """The workers the student will surely use: its main one, on the GPU the CPU analysis's, and the
-    compute-sanitizer sessions its quiet kernels share."""
+    compute-sanitizer sessions its quiet kernels share, where this process keeps them (a class's host starts
+    its own: autograder.sessions)."""
     workers = [run.worker]
     if run.on_gpu:
         if run.options.race_checks:
             workers.append(run.workers.checker())
         tool = sanitizer.find_sanitizer()
         if tool is not None:
-            workers += [run.workers.session(name, sanitizer.launcher_of(tool, name), "shared") for name in TOOLS]
+            sessions = [run.workers.session(name, sanitizer.launcher_of(tool, name), "shared") for name in TOOLS]
+            workers += [session for session in sessions if isinstance(session, Worker)]  # else the class's host's
     return workers
 
 

@@ -1,0 +1,199 @@
+"""compute-sanitizer sessions shared by every grading process of a local cluster: one a tool and GPU.
+
+A session is a sandboxed worker started under one tool (autograder.sanitizer). Kept in each grading process
+(autograder.executors), a class of P processes kept 3P of them, each a CUDA context under the tool. At the start
+of a class they were all made at once, and the driver makes contexts one at a time: with 16 processes on one
+H100 each session took 22 s to start, and the first students waited for them (README, "Large classes"). The
+host keeps one session a tool and GPU in the process that runs the class (autograder.batch), starts them while
+the first students compile, and runs the kernels of every grading process in them.
+
+- Who can ask: the host listens on a Unix socket in a folder of its own (mode 0700) and takes only connections
+  that know its key; the grading processes get both with their students. Student code never reaches it: kernels
+  run in sandboxed workers, whose /tmp is their own.
+- What it runs: only what a shared session may run, a memory-safe kernel that cannot print (the asker decides,
+  `sanitizer._sharing`); a grading process keeps sessions of its own for the rest.
+- One run at a time in a session. The answer is why the run could not finish (None where it did) and the tool's
+  report lines written during that run alone, which the asker reads as data (`sanitizer.parse_report`), as from
+  a session of its own. The asker holds its GPU's gate (shared) while its run goes.
+- After every run the session forgets the kernel (`verify.forget`: modules unloaded, buffers freed) and empties
+  its output; after MAX_RUNS runs it is replaced. A kernel that memcheck stops ends the session's process, and
+  the next run starts a fresh one (isolation.Worker).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import traceback
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext, suppress
+from dataclasses import dataclass
+from multiprocessing.connection import AuthenticationError, Client, Connection, Listener
+from typing import Any
+
+from autograder.errors import GraderError
+from autograder.isolation import Worker
+from autograder.records import Build
+from autograder.sanitizer import run_in
+from autograder.verify import Case, forget
+
+MAX_RUNS = 700  # runs a session serves before it is replaced (a kept worker's hundred students, seven stages each)
+FORGET_SECONDS = 60.0
+REPLY_SECONDS = 1800.0  # a run waits for the runs ahead of it in the session, each limited on its own
+
+Answer = tuple[str | None, list[str]]  # (why the run could not finish, the report lines written during it)
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where the host listens, and the key a connection must know."""
+
+    path: str
+    key: bytes
+
+
+class SessionHost:
+    """The shared sessions of a class, one for each tool and GPU, served to the grading processes. `make(tool,
+    gpu)` gives a fresh session (not started): a worker under that tool on that GPU."""
+
+    def __init__(self, make: Callable[[str, int], Worker], tools: Iterable[str], gpus: Iterable[int]) -> None:
+        self._folder = tempfile.mkdtemp(prefix="autograder-sessions-")  # mode 0700
+        self.address = Address(os.path.join(self._folder, "socket"), secrets.token_bytes(32))
+        self._listener = Listener(self.address.path, "AF_UNIX", authkey=self.address.key)
+        self._sessions = {(tool, gpu): _Session(lambda t=tool, g=gpu: make(t, g)) for tool in tools for gpu in gpus}
+        self._closed = False
+        threading.Thread(target=self._accept, name="sessions", daemon=True).start()
+        for session in self._sessions.values():  # started now, while the first students compile
+            threading.Thread(target=session.start_ahead, daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()  # no new connections; the accepting thread ends
+        for session in self._sessions.values():
+            session.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def __enter__(self) -> SessionHost:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                connection = self._listener.accept()
+            except (AuthenticationError, EOFError, ConnectionError):
+                continue  # a connection that did not know the key, or went away at once
+            except OSError:
+                return  # the listener was closed
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: Connection) -> None:
+        """Answer one grading process's requests, one after another, until it hangs up."""
+        with connection:
+            while True:
+                try:
+                    request = connection.recv()
+                except (EOFError, OSError):
+                    return
+                try:
+                    reply: tuple[str, Any] = ("ok", self._answer(*request))
+                except GraderError as error:
+                    reply = ("error", f"{type(error).__name__}: {error}")
+                except Exception as error:  # a bug in the host: the asker's sanitizer phase fails, the host goes on
+                    reply = ("error", "".join(traceback.format_exception(error)).rstrip())
+                try:
+                    connection.send(reply)
+                except OSError:
+                    return
+
+    def _answer(self, what: str, tool: str, gpu: int, *run: Any) -> Answer | None:
+        session = self._sessions.get((tool, gpu))
+        if session is None:
+            raise GraderError(f"no shared {tool} session on GPU {gpu}")
+        if what == "start":
+            session.start()
+            return None
+        build, case, block_size = run
+        return session.run(build, case, block_size)
+
+
+class _Session:
+    """One shared session, one run at a time."""
+
+    def __init__(self, make: Callable[[], Worker]) -> None:
+        self._make = make
+        self._worker = make()
+        self._runs = 0
+        self._lock = threading.Lock()
+
+    def start_ahead(self) -> None:
+        with suppress(GraderError):  # the first run starts it again, and says why it cannot
+            self.start()
+
+    def start(self) -> None:
+        with self._lock:
+            self._worker.start()
+
+    def run(self, build: Build, case: Case, block_size: int) -> Answer:
+        with self._lock:
+            if self._runs >= MAX_RUNS:
+                self._replace()
+            self._runs += 1
+            answer = run_in(self._worker, build, case, block_size, nullcontext)
+            try:
+                if self._worker.alive:  # else the kernel ended it, and the next run starts a fresh one
+                    self._worker.call(forget, timeout=FORGET_SECONDS)
+                self._worker.clear_log()
+            except (GraderError, OSError):
+                self._replace()
+            return answer
+
+    def _replace(self) -> None:
+        self._worker.close()
+        self._worker = self._make()
+        self._runs = 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._worker.close()
+
+
+class RemoteSession:
+    """A grading process's way to a shared session: `run` as `sanitizer.run_in` runs in a session of its own."""
+
+    def __init__(self, address: Address, tool: str, gpu: int) -> None:
+        self.address, self.tool, self.gpu = address, tool, gpu
+        self._connection: Connection | None = None
+
+    def run(
+        self, build: Build, case: Case, block_size: int, gate: Callable[[], AbstractContextManager[None]]
+    ) -> Answer:
+        self._ask("start")  # outside the gate: a session (re)starting takes seconds, which a timing must not wait
+        with gate():
+            failed, lines = self._ask("run", build, case, block_size)
+        return failed, list(lines)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _ask(self, what: str, *run: Any) -> Any:
+        try:
+            if self._connection is None:
+                self._connection = Client(self.address.path, "AF_UNIX", authkey=self.address.key)
+            self._connection.send((what, self.tool, self.gpu, *run))
+            if not self._connection.poll(REPLY_SECONDS):
+                raise TimeoutError(f"no answer in {REPLY_SECONDS:g} s")
+            status, payload = self._connection.recv()
+        except (OSError, EOFError, AuthenticationError) as error:
+            self.close()
+            raise GraderError(f"the class's shared {self.tool} session cannot be reached: {error}") from None
+        if status != "ok":
+            raise GraderError(f"the class's shared {self.tool} session failed: {payload}")
+        return payload

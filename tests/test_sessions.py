@@ -1,0 +1,140 @@
+"""The class's shared compute-sanitizer sessions (autograder.sessions), served to many askers at once.
+
+A session here is a CPU-backend worker, as compute-sanitizer's is a GPU one, and a kernel that prints lines of the
+tool's form stands for the tool's report: the CPU backend flushes a kernel's printf at the end of its launch, as a
+GPU does. The GPU runs (tests/test_class_scheduling.py, the class bench) use the real tools.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import nullcontext
+from pathlib import Path
+
+import pytest
+
+from autograder.build import Builder
+from autograder.errors import GraderError
+from autograder.isolation import Worker
+from autograder.records import Build, KernelSource
+from autograder.references import reference_source
+from autograder.sanitizer import PREFIX, TOOLS, sanitize
+from autograder.sessions import Address, RemoteSession, SessionHost
+from autograder.stages import get_stage
+from autograder.verify import Case, loaded
+
+CASE = Case((1000,), "random", 7)
+WILD = Path(__file__).parent / "cpu_kernels" / "wild_pointer.cu"
+
+
+def saying(word: str) -> str:
+    """The naive reference kernel, printing one report-like line naming `word` from each block it runs."""
+    text = reference_source("naive").text
+    marker = "    if (tid == 0) {\n"
+    assert marker in text
+    return text.replace(marker, f'{marker}        printf("{PREFIX}from {word}\\n");\n', 1)
+
+
+@pytest.fixture(scope="module")
+def builds() -> dict[str, Build]:
+    with Worker("cpu") as worker:
+        builder = Builder(worker.device, worker.sandbox)
+        made = {word: builder.build(get_stage("naive"), KernelSource(saying(word))) for word in ("ann", "bob", "cyd")}
+        made["wild"] = builder.build(get_stage("naive"), KernelSource(WILD.read_text()))
+        made["quiet"] = builder.build(get_stage("shuffle"), reference_source("shuffle"))
+    return made
+
+
+class Sessions:
+    """A host whose sessions are CPU-backend workers, every one it makes kept for the test to look into."""
+
+    def __init__(self) -> None:
+        self.made: list[Worker] = []
+        self.host = SessionHost(self._make, TOOLS, (0,))
+
+    def _make(self, tool: str, gpu: int) -> Worker:
+        self.made.append(Worker("cpu"))
+        return self.made[-1]
+
+    def __enter__(self) -> Sessions:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.host.close()
+
+
+def test_askers_at_once_share_one_session_and_each_gets_the_report_of_its_own_run_alone(
+    builds: dict[str, Build],
+) -> None:
+    answers: dict[str, list[tuple[str | None, list[str]]]] = {}
+
+    def ask(word: str) -> None:
+        remote = RemoteSession(sessions.host.address, "racecheck", 0)
+        try:
+            answers[word] = [remote.run(builds[word], CASE, 256, nullcontext) for _ in range(6)]
+        finally:
+            remote.close()
+
+    with Sessions() as sessions:
+        askers = [threading.Thread(target=ask, args=(word,)) for word in ("ann", "bob", "cyd")]
+        for asker in askers:
+            asker.start()
+        for asker in askers:
+            asker.join()
+        assert len(sessions.made) == len(TOOLS)  # one a tool: all eighteen runs went to one racecheck session
+        racecheck = sessions.made[TOOLS.index("racecheck")]
+        # After each run the session forgot the kernel and emptied its output.
+        assert racecheck.call(loaded, timeout=30) == 0 and racecheck.log_size() == 0
+    assert sorted(answers) == ["ann", "bob", "cyd"]
+    for word, runs in answers.items():
+        for failed, lines in runs:
+            assert failed is None
+            assert lines and set(lines) == {f"from {word}"}  # its own lines, every one of them, and no others'
+
+
+def test_a_kernel_that_ends_a_shared_session_costs_the_next_asker_nothing(builds: dict[str, Build]) -> None:
+    with Sessions() as sessions:
+        crasher = RemoteSession(sessions.host.address, "memcheck", 0)
+        failed, lines = crasher.run(builds["wild"], CASE, 256, nullcontext)
+        assert failed is not None and "SIGSEGV" in failed and lines == []
+        crasher.close()
+        after = RemoteSession(sessions.host.address, "memcheck", 0)
+        failed, lines = after.run(builds["bob"], CASE, 256, nullcontext)
+        after.close()
+    assert failed is None and set(lines) == {"from bob"}  # in a fresh session, with nothing of the crash's
+
+
+def test_sanitize_runs_a_quiet_kernel_in_the_class_session_and_reads_its_answer(builds: dict[str, Build]) -> None:
+    asked: list[str] = []
+    with Sessions() as sessions:
+        remote = {tool: RemoteSession(sessions.host.address, tool, 0) for tool in TOOLS}
+
+        def session(tool: str, _: tuple[str, ...], how: str) -> Worker | RemoteSession:
+            asked.append(how)
+            return remote[tool]
+
+        try:
+            seen = sanitize({"shuffle": builds["quiet"]}, "compute-sanitizer", session, set(), 256, nullcontext)
+        finally:
+            for each in remote.values():
+                each.close()
+    assert asked == ["shared"] * len(TOOLS)
+    assert seen["shuffle"].findings == () and seen["shuffle"].notes == ()
+
+
+def test_only_the_graders_processes_reach_the_sessions(builds: dict[str, Build]) -> None:
+    with Sessions() as sessions:
+        address = sessions.host.address
+        stranger = RemoteSession(Address(address.path, b"not the key"), "racecheck", 0)
+        with pytest.raises(GraderError, match="cannot be reached"):
+            stranger.run(builds["ann"], CASE, 256, nullcontext)
+        nowhere = RemoteSession(address, "racecheck", 7)  # no session on that GPU: the asker is told
+        with pytest.raises(GraderError, match="no shared racecheck session on GPU 7"):
+            nowhere.run(builds["ann"], CASE, 256, nullcontext)
+        nowhere.close()
+        known = RemoteSession(address, "racecheck", 0)  # the host serves on
+        assert known.run(builds["ann"], CASE, 256, nullcontext)[0] is None
+        known.close()
+    with pytest.raises(GraderError, match="cannot be reached"):  # gone with its class
+        RemoteSession(address, "racecheck", 0).run(builds["ann"], CASE, 256, nullcontext)
+    assert not Path(address.path).parent.exists()
