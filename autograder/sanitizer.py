@@ -94,7 +94,8 @@ def sanitize(
       then (measured on an H200, also right after memcheck stopped a kernel).
     - "student": a session of this student's alone, for a kernel in `unsafe` (it crashed on another checker, or
       memcheck here caught it outside an allocation): racecheck and synccheck do not stop its stray writes,
-      which must not land in a session that serves later students.
+      which must not land in a session that serves later students. So does every kernel of a student after one
+      of its kernels could not finish in a shared session (`_sharing`).
     - "alone": a session of the kernel's own, for a kernel that can print: its printf reaches the same output
       as the tool's report, and not always before its call returns, so its report is read once its process has
       ended, and a printed report line can only accuse the kernel that printed it (never another stage, nor,
@@ -103,10 +104,12 @@ def sanitize(
     findings: dict[str, list[Finding]] = {stage_id: [] for stage_id in builds}
     notes: dict[str, list[str]] = {stage_id: [] for stage_id in builds}
     unsafe = set(unsafe)
+    stopped = False  # a kernel of this student could not finish in a shared session
     for tool in TOOLS:  # memcheck first: a kernel it catches is not memory-safe for the others
         launcher = launcher_of(sanitizer, tool)
         for stage_id, build in builds.items():
-            where = session(tool, launcher, _sharing(tool, build, stage_id in unsafe))
+            how = _sharing(tool, build, stage_id in unsafe, stopped)
+            where = session(tool, launcher, how)
             case = SANITIZER_CASES[get_stage(stage_id).shape]
             if isinstance(where, Worker):
                 failed, lines = run_in(where, build, case, block_size, gate)
@@ -118,6 +121,7 @@ def sanitize(
                 notes[stage_id].append(f"compute-sanitizer {tool} could not finish on this kernel ({failed[:160]})")
             if tool == "memcheck" and (failed or seen):
                 unsafe.add(stage_id)
+            stopped = stopped or bool(failed and how == "shared")
     return {stage_id: Sanitized(tuple(findings[stage_id]), tuple(notes[stage_id])) for stage_id in builds}
 
 
@@ -146,9 +150,15 @@ def launcher_of(sanitizer: str, tool: str) -> tuple[str, ...]:
     return (sanitizer, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--check-exit-code", "no")
 
 
-def _sharing(tool: str, build: Build, unsafe: bool) -> str:
+def _sharing(tool: str, build: Build, unsafe: bool, stopped: bool) -> str:
+    """How a kernel's session is shared. After one of its student's kernels could not finish in a shared session
+    (a hang, up to SECONDS_PER_RUN, holds up every student that waits for the session), the rest of the
+    student's kernels run in sessions of its own: a student can hold the class's sessions up once, not once a
+    stage and tool."""
     if can_print(build):
         return "alone"
+    if stopped:
+        return "student"
     return "student" if unsafe and tool != "memcheck" else "shared"
 
 

@@ -138,3 +138,31 @@ def test_only_the_graders_processes_reach_the_sessions(builds: dict[str, Build])
     with pytest.raises(GraderError, match="cannot be reached"):  # gone with its class
         RemoteSession(address, "racecheck", 0).run(builds["ann"], CASE, 256, nullcontext)
     assert not Path(address.path).parent.exists()
+
+
+def test_a_student_whose_kernel_stops_a_shared_session_takes_sessions_of_its_own_for_the_rest(
+    builds: dict[str, Build],
+) -> None:
+    # A hang in a shared session holds up every student waiting for it, up to the run's limit: a student can do
+    # that once, not once a stage and tool. Here the kernel crashes its memcheck run; what comes after is its own.
+    asked: list[str] = []
+    own: list[Worker] = []
+    with Sessions() as sessions:
+        remote = {tool: RemoteSession(sessions.host.address, tool, 0) for tool in TOOLS}
+
+        def session(tool: str, _: tuple[str, ...], how: str) -> Worker | RemoteSession:
+            asked.append(how)
+            if how == "shared":
+                return remote[tool]
+            own.append(Worker("cpu"))
+            return own[-1]
+
+        try:
+            seen = sanitize({"naive": builds["wild"], "shuffle": builds["quiet"]}, "compute-sanitizer", session,
+                            set(), 256, nullcontext)
+        finally:
+            for each in (*remote.values(), *own):
+                each.close()
+    assert asked == ["shared"] + ["student"] * 5  # memcheck on naive, then shuffle, and each other tool
+    assert seen["shuffle"].findings == () and seen["shuffle"].notes == ()
+    assert all("could not finish" in note for note in seen["naive"].notes) and seen["naive"].notes
