@@ -270,7 +270,7 @@ def grade_class(
         record((task[0].student, None, f"its grading was lost with the worker processes that ran it: {why}"))
 
     gpu_tasks = options.backend != "cpu"
-    with _shared_sessions(options, spread, local_cluster and gpu_tasks) as sessions:
+    with _shared_sessions(options, spread, local_cluster and gpu_tasks and bool(tasks)) as sessions:
         try:
             lost_workers = run(grade_submission, [(*task, sessions) for task in tasks], workers=spread.workers,
                                scheduler=spread.scheduler, gpu_tasks=gpu_tasks, on_result=record, on_lost=lost)
@@ -302,7 +302,12 @@ def _shared_sessions(options: GradeOptions, spread: ClassOptions, wanted: bool) 
     def make(name: str, gpu: int) -> Worker:
         return Worker("gpu", {**backend_options, "device_index": gpu}, sandbox, launcher=launcher_of(tool, name))
 
-    with SessionHost(make, TOOLS, gpus) as host:
+    try:
+        host = SessionHost(make, TOOLS, gpus)
+    except OSError:  # no socket here (a folder path too long for one, say): each process keeps its own sessions
+        yield None
+        return
+    with host:
         yield host.address
 
 

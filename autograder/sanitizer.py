@@ -121,7 +121,7 @@ def sanitize(
                 notes[stage_id].append(f"compute-sanitizer {tool} could not finish on this kernel ({failed[:160]})")
             if tool == "memcheck" and (failed or seen):
                 unsafe.add(stage_id)
-            stopped = stopped or bool(failed and how == "shared")
+            stopped = stopped or bool(failed and not seen and how == "shared")  # a hang, not memcheck's stop
     return {stage_id: Sanitized(tuple(findings[stage_id]), tuple(notes[stage_id])) for stage_id in builds}
 
 
@@ -152,7 +152,8 @@ def launcher_of(sanitizer: str, tool: str) -> tuple[str, ...]:
 
 def _sharing(tool: str, build: Build, unsafe: bool, stopped: bool) -> str:
     """How a kernel's session is shared. After one of its student's kernels could not finish in a shared session
-    (a hang, up to SECONDS_PER_RUN, holds up every student that waits for the session), the rest of the
+    with no report from the tool (a hang, up to SECONDS_PER_RUN, holds up every student that waits for the
+    session; memcheck stopping a kernel at a bad access reports it), the rest of the
     student's kernels run in sessions of its own: a student can hold the class's sessions up once, not once a
     stage and tool."""
     if can_print(build):

@@ -16,8 +16,10 @@ the first students compile, and runs the kernels of every grading process in the
   report lines written during that run alone, which the asker reads as data (`sanitizer.parse_report`), as from
   a session of its own. The asker holds its GPU's gate (shared) while its run goes.
 - After every run the session forgets the kernel (`verify.forget`: modules unloaded, buffers freed) and empties
-  its output; after MAX_RUNS runs it is replaced. A kernel that memcheck stops ends the session's process, and
-  the next run starts a fresh one (isolation.Worker).
+  its output; after MAX_RUNS runs it is replaced. A kernel that memcheck stops ends the session's process,
+  which is started again at once, outside any asker's hold of the GPU. A session that cannot start answers each
+  run with why, as a session of the asker's own would. The kernel of an asker that has gone (its process lost)
+  is not run: nobody holds the GPU's gate for it.
 """
 
 from __future__ import annotations
@@ -62,7 +64,11 @@ class SessionHost:
     def __init__(self, make: Callable[[str, int], Worker], tools: Iterable[str], gpus: Iterable[int]) -> None:
         self._folder = tempfile.mkdtemp(prefix="autograder-sessions-")  # mode 0700
         self.address = Address(os.path.join(self._folder, "socket"), secrets.token_bytes(32))
-        self._listener = Listener(self.address.path, "AF_UNIX", authkey=self.address.key)
+        try:
+            self._listener = Listener(self.address.path, "AF_UNIX", authkey=self.address.key)
+        except OSError:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise
         self._sessions = {(tool, gpu): _Session(lambda t=tool, g=gpu: make(t, g)) for tool in tools for gpu in gpus}
         self._closed = False
         threading.Thread(target=self._accept, name="sessions", daemon=True).start()
@@ -71,7 +77,9 @@ class SessionHost:
 
     def close(self) -> None:
         self._closed = True
-        self._listener.close()  # no new connections; the accepting thread ends
+        with suppress(OSError, EOFError, AuthenticationError):
+            Client(self.address.path, "AF_UNIX", authkey=self.address.key).close()  # wakes the accepting thread
+        self._listener.close()
         for session in self._sessions.values():
             session.close()
         shutil.rmtree(self._folder, ignore_errors=True)
@@ -90,6 +98,9 @@ class SessionHost:
                 continue  # a connection that did not know the key, or went away at once
             except OSError:
                 return  # the listener was closed
+            if self._closed:
+                connection.close()
+                return
             threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
 
     def _serve(self, connection: Connection) -> None:
@@ -101,7 +112,7 @@ class SessionHost:
                 except (EOFError, OSError):
                     return
                 try:
-                    reply: tuple[str, Any] = ("ok", self._answer(*request))
+                    reply: tuple[str, Any] = ("ok", self._answer(connection, *request))
                 except GraderError as error:
                     reply = ("error", f"{type(error).__name__}: {error}")
                 except Exception as error:  # a bug in the host: the asker's sanitizer phase fails, the host goes on
@@ -111,15 +122,26 @@ class SessionHost:
                 except OSError:
                     return
 
-    def _answer(self, what: str, tool: str, gpu: int, *run: Any) -> Answer | None:
+    def _answer(self, connection: Connection, what: str, tool: str, gpu: int, *run: Any) -> Answer | None:
         session = self._sessions.get((tool, gpu))
         if session is None:
             raise GraderError(f"no shared {tool} session on GPU {gpu}")
         if what == "start":
-            session.start()
+            session.start_ahead()  # a session that cannot start says why at the run, as one of the asker's own
             return None
         build, case, block_size = run
-        return session.run(build, case, block_size)
+        # The asker holds its GPU's gate while it waits for this answer. One that has gone (its process lost)
+        # holds nothing: its kernel must not run, as it could run during another student's timing.
+        return session.run(build, case, block_size, asking=lambda: _waiting(connection))
+
+
+def _waiting(connection: Connection) -> bool:
+    """Whether the asker on `connection` still waits for its answer: it sends nothing while it waits, so
+    anything readable is its end of the connection."""
+    try:
+        return not connection.poll(0)
+    except OSError:
+        return False
 
 
 class _Session:
@@ -130,28 +152,35 @@ class _Session:
         self._worker = make()
         self._runs = 0
         self._lock = threading.Lock()
+        self._closed = False
 
     def start_ahead(self) -> None:
-        with suppress(GraderError):  # the first run starts it again, and says why it cannot
-            self.start()
+        """Start the session where it is not running, outside every asker's gate; a session that cannot start
+        is tried again at the next run, which says why (sanitizer.run_in), as a session of the asker's own."""
+        with self._lock, suppress(GraderError):
+            if not self._closed:
+                self._worker.start()
 
-    def start(self) -> None:
+    def run(self, build: Build, case: Case, block_size: int, asking: Callable[[], bool]) -> Answer:
         with self._lock:
-            self._worker.start()
-
-    def run(self, build: Build, case: Case, block_size: int) -> Answer:
-        with self._lock:
+            if self._closed:
+                raise GraderError("the class's sessions were closed")
+            if not asking():
+                return "its grading process went away before its turn", []
             if self._runs >= MAX_RUNS:
                 self._replace()
             self._runs += 1
             answer = run_in(self._worker, build, case, block_size, nullcontext)
             try:
-                if self._worker.alive:  # else the kernel ended it, and the next run starts a fresh one
+                if self._worker.alive:
                     self._worker.call(forget, timeout=FORGET_SECONDS)
                 self._worker.clear_log()
             except (GraderError, OSError):
                 self._replace()
-            return answer
+            ended = not self._worker.alive
+        if ended:  # the kernel ended the session: started again now, not in the next asker's hold of the GPU
+            threading.Thread(target=self.start_ahead, daemon=True).start()
+        return answer
 
     def _replace(self) -> None:
         self._worker.close()
@@ -160,6 +189,7 @@ class _Session:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._worker.close()
 
 

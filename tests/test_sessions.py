@@ -166,3 +166,34 @@ def test_a_student_whose_kernel_stops_a_shared_session_takes_sessions_of_its_own
     assert asked == ["shared"] + ["student"] * 5  # memcheck on naive, then shuffle, and each other tool
     assert seen["shuffle"].findings == () and seen["shuffle"].notes == ()
     assert all("could not finish" in note for note in seen["naive"].notes) and seen["naive"].notes
+
+
+def test_a_session_that_cannot_start_answers_each_run_with_why(builds: dict[str, Build]) -> None:
+    host = SessionHost(lambda tool, gpu: Worker("cpu", launcher=("/bin/false",)), TOOLS, (0,))
+    try:
+        remote = RemoteSession(host.address, "memcheck", 0)
+        failed, lines = remote.run(builds["quiet"], CASE, 256, nullcontext)  # a note for the stage, as alone
+        remote.close()
+    finally:
+        host.close()
+    assert failed is not None and "starting the backend" in failed and lines == []
+
+
+def test_the_kernel_of_an_asker_that_has_gone_is_not_run(builds: dict[str, Build]) -> None:
+    with Sessions() as sessions:
+        session = sessions.host._sessions["racecheck", 0]
+        failed, lines = session.run(builds["ann"], CASE, 256, asking=lambda: False)
+        assert "went away" in (failed or "") and lines == []
+        assert sessions.made[TOOLS.index("racecheck")].log_size() == 0  # nothing ran: nothing printed
+
+
+def test_closed_sessions_serve_no_one_and_leave_nothing_running(builds: dict[str, Build]) -> None:
+    sessions = Sessions()
+    remote = RemoteSession(sessions.host.address, "racecheck", 0)
+    assert remote.run(builds["ann"], CASE, 256, nullcontext)[0] is None
+    sessions.host.close()
+    with pytest.raises(GraderError):  # connected before the close, asking after it
+        remote.run(builds["ann"], CASE, 256, nullcontext)
+    remote.close()
+    assert not any(worker.alive for worker in sessions.made)
+    assert "sessions" not in {thread.name for thread in threading.enumerate()}
