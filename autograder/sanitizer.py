@@ -151,16 +151,13 @@ def launcher_of(sanitizer: str, tool: str) -> tuple[str, ...]:
 
 
 def _sharing(tool: str, build: Build, unsafe: bool, stopped: bool) -> str:
-    """How a kernel's session is shared. After one of its student's kernels could not finish in a shared session
-    with no report from the tool (a hang, up to SECONDS_PER_RUN, holds up every student that waits for the
-    session; memcheck stopping a kernel at a bad access reports it), the rest of the
-    student's kernels run in sessions of its own: a student can hold the class's sessions up once, not once a
-    stage and tool."""
+    """How a kernel's session is shared. Once one of its student's kernels `stopped` a shared session, finishing
+    with no report from the tool (a hang, up to SECONDS_PER_RUN, holds up every student waiting for the session;
+    memcheck stopping a kernel at a bad access reports it), the student's other kernels run in sessions of its
+    own: a student can hold the class's sessions up once, not once a stage and tool."""
     if can_print(build):
         return "alone"
-    if stopped:
-        return "student"
-    return "student" if unsafe and tool != "memcheck" else "shared"
+    return "student" if stopped or (unsafe and tool != "memcheck") else "shared"
 
 
 def can_print(build: Build) -> bool:
