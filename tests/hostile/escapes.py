@@ -23,3 +23,15 @@ def try_to_escape(backend, marker: str) -> dict[str, str]:
         except OSError as error:
             outcomes[name] = f"refused: {error.errno}"
     return outcomes
+
+
+def try_to_reach(backend, path: str) -> tuple[bool, str]:
+    """Run in a sandboxed worker: whether a Unix socket of the grader's (the class's compute-sanitizer sessions)
+    can be seen at `path`, and what connecting to it gives."""
+    try:
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(path)
+        reached = "connected"
+    except OSError as error:
+        reached = f"refused: {error.errno}"
+    return os.path.exists(path), reached

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from escapes import try_to_escape
+from escapes import try_to_escape, try_to_reach
 
 from autograder.backends.cpu.compiler import build_shared_objects, prepare_toolchain
 from autograder.batch import grade_class
@@ -34,6 +34,7 @@ from autograder.notebook import kernel_cell
 from autograder.records import KernelSource, Status
 from autograder.references import reference_source
 from autograder.sandbox import COMPILE_LIMITS, WORKER_LIMITS, Limits, Sandbox
+from autograder.sessions import SessionHost
 from autograder.stages import get_stage
 from autograder.verify import correctness_cases, make_input, run_case
 from autograder.wire import encode_reply
@@ -318,3 +319,13 @@ static int hoarded = hoard();
 """
     value, expected = run_in_sandbox(attack_kernel(prelude, "hoarded"))
     assert value == expected
+
+
+def test_a_kernel_cannot_reach_the_classs_compute_sanitizer_sessions() -> None:
+    # The class's sessions (autograder.sessions) take requests over a Unix socket of the grader's: a kernel that
+    # got hold of libc, in a worker, neither sees it nor connects to it.
+    with SessionHost(lambda tool, gpu: Worker("cpu"), ("memcheck",), (0,)) as host:
+        with Worker("cpu", readable=(Path(__file__).parent,)) as worker:
+            seen, reached = worker.call(try_to_reach, host.address.path, timeout=60)
+        assert Path(host.address.path).exists()  # it is there, outside the sandbox
+    assert not seen and reached.startswith("refused"), reached
