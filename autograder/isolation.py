@@ -67,7 +67,9 @@ class Worker:
         self.launcher = launcher
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
-        self._log = Path(tempfile.mkstemp(prefix="autograder-worker-", suffix=".log")[1])
+        handle, log = tempfile.mkstemp(prefix="autograder-worker-", suffix=".log")
+        os.close(handle)  # the child writes it, the grader reads it by name: an open descriptor kept here is a leak
+        self._log = Path(log)
         self._device: DeviceInfo | None = None
         self._output_from = 0  # where in the output file the current call's (or start's) output begins
         self._starting = threading.Lock()

@@ -105,3 +105,14 @@ def test_a_worker_of_a_kind_already_started_says_its_device_without_starting(wor
         assert not again._alive()  # no process: a student whose stages all come from the memo starts none
         assert again.call(backend_name, timeout=30) == "cpu"  # it starts when it has work
         assert again._alive() and again.device == started
+
+
+def test_workers_leave_no_descriptor_open_in_the_grader() -> None:
+    # A grading process makes workers for every student: a descriptor left open for each (its output file, say)
+    # runs a class of hundreds into the process's limit, and pushes the worker's channel to high numbers.
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        Worker("cpu").close()
+    with Worker("cpu", readable=(Path(__file__).parent,)) as worker:
+        assert worker.call(backend_name, timeout=60) == "cpu"
+    assert len(os.listdir("/proc/self/fd")) <= before
