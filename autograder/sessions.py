@@ -18,8 +18,9 @@ the first students compile, and runs the kernels of every grading process in the
 - After every run the session forgets the kernel (`verify.forget`: modules unloaded, buffers freed) and empties
   its output; after MAX_RUNS runs it is replaced. A kernel that memcheck stops ends the session's process,
   which is started again at once, outside any asker's hold of the GPU. A session that cannot start answers each
-  run with why, as a session of the asker's own would. The kernel of an asker that has gone (its process lost)
-  is not run: nobody holds the GPU's gate for it.
+  run with why, as a session of the asker's own would; one whose start hung is tried again only after
+  RETRY_SECONDS, not by every run of every asker in turn, each waiting isolation.STARTUP_SECONDS again.
+  The kernel of an asker that has gone (its process lost) is not run: nobody holds the GPU's gate for it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext, suppress
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import AuthenticationError, Client, Connection, Listener
 from typing import Any
 
-from autograder.errors import GraderError
+from autograder.errors import GraderError, KernelTimeout
 from autograder.isolation import Worker
 from autograder.records import Build
 from autograder.sanitizer import run_in
@@ -45,6 +47,7 @@ from autograder.verify import Case, forget
 MAX_RUNS = 700  # runs a session serves before it is replaced (a kept worker's hundred students, seven stages each)
 FORGET_SECONDS = 60.0
 REPLY_SECONDS = 1800.0  # a run waits for the runs ahead of it in the session, each limited on its own
+RETRY_SECONDS = 60.0  # a session whose start hung is started again after this long, not at every run
 
 Answer = tuple[str | None, list[str]]  # (why the run could not finish, the report lines written during it)
 
@@ -153,13 +156,32 @@ class _Session:
         self._runs = 0
         self._lock = threading.Lock()
         self._closed = False
+        self._hung: tuple[float, str] | None = None  # when the session's start last hung, and why
 
     def start_ahead(self) -> None:
         """Start the session where it is not running, outside every asker's gate; a session that cannot start
-        is tried again at the next run, which says why (sanitizer.run_in), as a session of the asker's own."""
-        with self._lock, suppress(GraderError):
+        says why at the next run, as a session of the asker's own."""
+        with self._lock:
             if not self._closed:
-                self._worker.start()
+                self._start()
+
+    def _start(self) -> str | None:
+        """Start the session where it is not running: None, or why it cannot. A start that failed at once is
+        tried again at the next run (a context the GPU could not make then, say); one that hung, only once
+        RETRY_SECONDS have passed, each run until then answered with why at once."""
+        if self._worker.alive:
+            return None
+        if self._hung is not None and time.monotonic() - self._hung[0] < RETRY_SECONDS:
+            return self._hung[1]
+        try:
+            self._worker.start()
+        except KernelTimeout as error:
+            self._hung = time.monotonic(), str(error).splitlines()[0]
+            return self._hung[1]
+        except GraderError as error:
+            return str(error).splitlines()[0]
+        self._hung = None
+        return None
 
     def run(self, build: Build, case: Case, block_size: int, asking: Callable[[], bool]) -> Answer:
         with self._lock:
@@ -169,6 +191,9 @@ class _Session:
                 return "its grading process went away before its turn", []
             if self._runs >= MAX_RUNS:
                 self._replace()
+            why = self._start()
+            if why is not None:
+                return why, []
             self._runs += 1
             answer = run_in(self._worker, build, case, block_size, nullcontext)
             try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder import isolation, sessions
 from autograder.build import Builder
 from autograder.errors import GraderError
 from autograder.isolation import Worker
@@ -177,6 +178,46 @@ def test_a_session_that_cannot_start_answers_each_run_with_why(builds: dict[str,
     finally:
         host.close()
     assert failed is not None and "starting the backend" in failed and lines == []
+
+
+class Counted(Worker):
+    """A worker that counts the times it is asked to start."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        super().start()
+
+
+def test_a_session_whose_start_hangs_is_not_started_again_at_every_run(
+    builds: dict[str, Build], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each try of a start that hangs takes STARTUP_SECONDS (120 s), in the session's turn: tried again at every
+    # run, it would hold up every asker of the class that long, one after another.
+    monkeypatch.setattr(isolation, "STARTUP_SECONDS", 1.0)
+    made: dict[str, Counted] = {}
+
+    def hanging(tool: str, gpu: int) -> Worker:
+        made[tool] = Counted("cpu", launcher=("/bin/sh", "-c", "exec sleep 600"))  # never says it is up
+        return made[tool]
+
+    host = SessionHost(hanging, TOOLS, (0,))
+    try:
+        remote = RemoteSession(host.address, "memcheck", 0)
+        answers = [remote.run(builds["quiet"], CASE, 256, nullcontext) for _ in range(3)]
+        tried = made["memcheck"].starts
+        assert tried == 1  # started ahead by the host; none of the three runs tried again
+        monkeypatch.setattr(sessions, "RETRY_SECONDS", 0.0)  # its time has come: the next run tries again
+        again = remote.run(builds["quiet"], CASE, 256, nullcontext)
+        remote.close()
+    finally:
+        host.close()
+    for failed, lines in (*answers, again):
+        assert failed is not None and "starting the backend ran past" in failed and lines == []
+    assert made["memcheck"].starts > tried
 
 
 def test_the_kernel_of_an_asker_that_has_gone_is_not_run(builds: dict[str, Build]) -> None:
