@@ -175,11 +175,11 @@ class _Session:
             return self._hung[1]
         try:
             self._worker.start()
-        except KernelTimeout as error:
-            self._hung = time.monotonic(), str(error).splitlines()[0]
-            return self._hung[1]
         except GraderError as error:
-            return str(error).splitlines()[0]
+            why = str(error).splitlines()[0]
+            if isinstance(error, KernelTimeout):
+                self._hung = time.monotonic(), why
+            return why
         self._hung = None
         return None
 
