@@ -16,6 +16,7 @@ with what was loaded, so a kernel that writes it fails on every backend, not onl
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -89,6 +90,8 @@ class Plan:
     scratch: tuple[Buffer, Buffer]
     owns_input: bool = True
     loaded: np.ndarray | None = field(default=None, repr=False)  # what `load` wrote, to check it is unchanged
+    _value: float | None = field(default=None, repr=False)  # what the last checked run left, read back
+    _result_buffer: Buffer | None = field(default=None, repr=False)
 
     @classmethod
     def create(
@@ -135,55 +138,77 @@ class Plan:
         Without it the launches are queued back to back, as a timed call needs; call `poison` before.
         Returns the guard findings, and an input_changed finding where the kernel wrote its input (always
         empty without `check_each_pass`).
+
+        A checked run waits for the device once, not once a pass: what it checks is copied aside on the device
+        as it goes (each output's guard tail as its pass left it, before that tail becomes the next pass's input
+        guard; then the value and the input), and read back in one download at the end. On a GPU that other
+        processes use at the same time, each wait is also a wait for their turns (README, "Large classes").
         """
         stage = self.kernel.stage
-        findings: list[Finding] = []
-        source = self.input
-        for index, size in enumerate(pass_sizes(stage, self.size, self.block_size)):
-            target = self.scratch[index % 2]
-            grid, block, shared = launch_geometry(stage, size, self.block_size)
-            written = output_count(stage, size, self.block_size)
-            if check_each_pass:
-                self.backend.fill(target, POISON)
-            self.backend.launch(self.kernel, grid, block, shared, (source, target, *size))
-            if check_each_pass:
-                self.backend.synchronize()
-                findings.extend(self._check_guard(target, written, index + 1))
-                # The guard tail of this output is the next pass's input guard.
-                self.backend.fill(target, guard_value(stage.shape), start=written)
-            source = target
-        self._result_buffer = source
+        sizes = pass_sizes(stage, self.size, self.block_size)
+        self._value = None
+        evidence = None
         if check_each_pass:
-            findings.extend(self._check_input())
-        return tuple(findings)
+            written = [output_count(stage, size, self.block_size) for size in sizes]
+            tails = [self.scratch[index % 2].physical_count - count for index, count in enumerate(written)]
+            starts = list(itertools.accumulate([1, *tails]))  # the value, each pass's tail, then the input
+            evidence = self.backend.alloc(starts[-1] + self.input.physical_count)
+        try:
+            source = self.input
+            for index, size in enumerate(sizes):
+                target = self.scratch[index % 2]
+                grid, block, shared = launch_geometry(stage, size, self.block_size)
+                if evidence is not None:
+                    self.backend.fill(target, POISON)
+                self.backend.launch(self.kernel, grid, block, shared, (source, target, *size))
+                if evidence is not None:
+                    self.backend.copy(target, evidence, tails[index], start=written[index], to=starts[index])
+                    # The guard tail of this output is the next pass's input guard.
+                    self.backend.fill(target, guard_value(stage.shape), start=written[index])
+                source = target
+            self._result_buffer = source
+            if evidence is None:
+                return ()
+            self.backend.copy(source, evidence, 1)
+            self.backend.copy(self.input, evidence, self.input.physical_count, to=starts[-1])
+            self.backend.synchronize()
+            seen = self.backend.download(evidence)
+        finally:
+            if evidence is not None:
+                self.backend.free(evidence)
+        self._value = float(seen[0])
+        guards = [
+            self._check_guard(seen[starts[index] : starts[index + 1]], count, index + 1)
+            for index, count in enumerate(written)
+        ]
+        return (*(found for found in guards if found is not None), *self._check_input(seen[starts[-1] :]))
 
     def result(self) -> float:
         """The single value the last `run` left."""
+        if self._value is not None:  # read back by the checked run
+            return self._value
         self.backend.synchronize()
         return float(self.backend.download(self._result_buffer, 1)[0])
 
-    def _check_guard(self, target: Buffer, written: int, pass_number: int) -> list[Finding]:
-        tail = self.backend.download(target)[written:]
+    def _check_guard(self, tail: np.ndarray, written: int, pass_number: int) -> Finding | None:
         touched = np.flatnonzero(~np.isnan(tail))
         if touched.size == 0:
-            return []
-        return [
-            Finding(
-                kind="output_guard",
-                message=(
-                    f"pass {pass_number} wrote g_out[{written + int(touched[0])}], past the {written} values "
-                    f"it should write (one per block for a sum, ceil(w/2) x ceil(h/2) for max2d)"
-                ),
-                kernel=self.kernel.stage.kernel_name,
-            )
-        ]
+            return None
+        return Finding(
+            kind="output_guard",
+            message=(
+                f"pass {pass_number} wrote g_out[{written + int(touched[0])}], past the {written} values "
+                f"it should write (one per block for a sum, ceil(w/2) x ceil(h/2) for max2d)"
+            ),
+            kernel=self.kernel.stage.kernel_name,
+        )
 
-    def _check_input(self) -> list[Finding]:
-        """The first pass's input, guard tail included, against what was loaded: only the student's own input
-        must stay unchanged (later passes read the grader's scratch buffers)."""
+    def _check_input(self, now: np.ndarray) -> list[Finding]:
+        """The first pass's input, guard tail included, as the last pass left it, against what was loaded: only
+        the student's own input must stay unchanged (later passes read the grader's scratch buffers)."""
         if self.loaded is None:
             return []
-        now = self.backend.download(self.input).view(np.uint32)
+        now = now.view(np.uint32)
         count, guard = self.loaded.size, np.float32(guard_value(self.kernel.stage.shape)).view(np.uint32)
         changed = np.concatenate([  # compared in place: the input may be 2^22 values, the guard a few
             np.flatnonzero(now[:count] != self.loaded.view(np.uint32)), count + np.flatnonzero(now[count:] != guard)

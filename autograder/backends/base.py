@@ -88,6 +88,10 @@ class Backend(ABC):
         """Set `count` values of `buffer` from `start` (to the end when None) to `value`."""
 
     @abstractmethod
+    def copy(self, source: Buffer, target: Buffer, count: int, start: int = 0, to: int = 0) -> None:
+        """Copy `count` values of `source` from `start` into `target` from `to`, after the launches so far."""
+
+    @abstractmethod
     def free(self, buffer: Buffer) -> None:
         """Release `buffer`."""
 

@@ -302,6 +302,16 @@ class GpuBackend(Backend):
         with self._driver_call("filling a GPU buffer"):
             self._cuda.memset_d32_async(int(buffer.handle) + start * 4, bits, count, self._stream)
 
+    def copy(self, source: Buffer, target: Buffer, count: int, start: int = 0, to: int = 0) -> None:
+        _check_range(source, start, count)
+        _check_range(target, to, count)
+        if count == 0:
+            return
+        self._usable()
+        with self._driver_call("copying on the GPU"):
+            self._cuda.memcpy_dtod_async(int(target.handle) + to * 4, int(source.handle) + start * 4, count * 4,
+                                         self._stream)
+
     def free(self, buffer: Buffer) -> None:
         if self._fault is not None or self._closed:
             return  # kept until close: see the module's docstring

@@ -254,6 +254,9 @@ class CpuBackend(Backend):
         end = buffer.physical_count if count is None else start + count
         self._view(buffer)[start:end] = value
 
+    def copy(self, source: Buffer, target: Buffer, count: int, start: int = 0, to: int = 0) -> None:
+        self._view(target)[to : to + count] = self._view(source)[start : start + count]
+
     def free(self, buffer: Buffer) -> None:
         if self._views.pop(buffer.handle, None) is not None:
             self._runtime.ag_free(buffer.handle)
