@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -472,6 +473,23 @@ def test_no_compiler_means_backend_unavailable(cache_dir: Path, monkeypatch: pyt
 def test_unknown_schedule_is_refused(cache_dir: Path) -> None:
     with pytest.raises(ValueError, match="lockstep"):
         CpuBackend(schedule="sideways", cache_dir=cache_dir)
+
+
+def test_a_backend_never_closed_leaves_no_folder_behind(cache_dir: Path, tmp_path: Path) -> None:
+    """Its loaded kernels' folder goes when its process ends, closed or not (a test's or a script's backend)."""
+    script = f"""
+from autograder.backends.cpu import CpuBackend
+from autograder.records import KernelSource
+from autograder.stages import get_stage
+backend = CpuBackend(cache_dir={str(cache_dir)!r})
+backend.compile(KernelSource(open({str(kernel_path("shuffle"))!r}).read()), get_stage("shuffle"))
+print(backend._folder)
+"""
+    environment = {**os.environ, "TMPDIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    folder = Path(run.stdout.split()[-1])
+    assert folder.parent == tmp_path and not folder.exists()
 
 
 def _launch_in_worker(backend: Backend, build: Build, blocks: int) -> float:

@@ -16,6 +16,7 @@ import re
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,8 +169,10 @@ class CpuBackend(Backend):
         self._findings: dict[tuple[str, int | None, str | None], Finding] = {}
         self._views: dict[int, np.ndarray] = {}
         self.sandbox = Sandbox(sandbox)
-        # Loaded kernels are written here (a worker's private /tmp when sandboxed), never into the cache.
+        # Loaded kernels are written here (a worker's private /tmp when sandboxed), never into the cache. Removed by
+        # `close`, or when the backend is let go or its process exits without closing it (a test's, a script's).
         self._folder = tempfile.mkdtemp(prefix="autograder-cpu-")
+        self._remove_folder = weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
 
     @property
     def fibers(self) -> str:
@@ -407,4 +410,4 @@ class CpuBackend(Backend):
         for address in list(self._views):
             self._runtime.ag_free(address)
         self._views.clear()
-        shutil.rmtree(self._folder, ignore_errors=True)
+        self._remove_folder()
