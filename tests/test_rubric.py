@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from autograder.errors import ConfigError
-from autograder.records import Finding, Performance, PerfVerdict, Status, Timing
+from autograder.pipeline.sanitize import unsafe
+from autograder.pipeline.verdict import undefined_end
+from autograder.pipeline.work import Phases, StageWork
+from autograder.records import Build, Finding, KernelSource, Performance, PerfVerdict, StageResult, Status, Timing
 from autograder.rubric import DEFAULT_RUBRIC, judge_speed, load_rubric, score
-from autograder.stages import STAGE_IDS
+from autograder.stages import STAGE_IDS, get_stage
 
 FAST = Performance(PerfVerdict.FAST_ENOUGH, "1.30x over your naive (needs 1.27x)")
 SLOW = Performance(PerfVerdict.TOO_SLOW, "1.01x over your naive (needs 1.27x)")
@@ -128,3 +132,39 @@ def test_a_shortfall_within_the_tolerance_still_counts() -> None:
 def test_the_first_stage_has_no_speedup_only_the_reference_time() -> None:
     result = judge_speed(load_rubric(), (timing("yours", 700), timing("ref", 648)), None, None)
     assert result.speedup is None and result.verdict is PerfVerdict.FAST_ENOUGH
+
+
+# --- a crash or a hang with a finding of undefined behaviour ---------------------------------------------------
+
+
+def ended(status: Status, *kinds: str) -> StageResult:
+    findings = tuple(Finding(kind, f"a {kind}", line=12) for kind in kinds)
+    return StageResult("sequential", status, f"{status.value} on n=1 integers: why", findings=findings)
+
+
+@pytest.mark.parametrize(("status", "did"), [(Status.CRASHED, "crashed"), (Status.TIMEOUT, "hung")])
+def test_a_crash_or_a_hang_with_a_finding_of_undefined_behaviour_is_incorrect(status: Status, did: str) -> None:
+    judged = undefined_end(load_rubric(), ended(status, "out_of_bounds", "race_syncthreads"))
+    assert judged.status is Status.INCORRECT
+    assert judged.message.startswith("incorrect: the kernel's result is undefined (out of bounds, race syncthreads at")
+    assert f"here it {did} ({status.value} on n=1 integers: why)" in judged.message
+    assert judged.hint
+
+
+def test_a_crash_or_a_hang_stays_one_without_such_a_finding_or_under_the_penalty_rubric() -> None:
+    rubric = load_rubric()
+    for result in (ended(Status.CRASHED), ended(Status.TIMEOUT, "deadlock"), ended(Status.INCORRECT, "out_of_bounds")):
+        assert undefined_end(rubric, result) == result
+    crashed = ended(Status.CRASHED, "race_syncthreads")
+    assert undefined_end(replace(rubric, undefined="penalty"), crashed) == crashed
+
+
+def test_a_kernel_made_incorrect_after_a_crash_is_still_one_that_crashed_for_its_workers() -> None:
+    """Its main worker is not kept and compute-sanitizer runs it in sessions of the student's own
+    (pipeline.sanitize.unsafe), as for any kernel that crashed or hung."""
+    source = KernelSource("// a kernel")
+    build = Build("cpu", "sequential", source, (), ())
+    for how in (Status.CRASHED, Status.TIMEOUT):
+        result = undefined_end(load_rubric(), ended(how, "race_syncthreads"))
+        work = StageWork(get_stage("sequential"), source, build, result, Phases(lambda: 0.0), None, None, how)
+        assert result.status is Status.INCORRECT and work.ran_as is how and unsafe(work)

@@ -27,7 +27,7 @@ UNSAFE_KINDS = ("out_of_bounds", "output_guard")  # findings of writes or reads 
 
 
 def sanitize_stages(run: StudentRun, works: list[StageWork]) -> None:
-    ran = [item for item in works if item.result.status in RAN and not strayed(item)]
+    ran = [item for item in works if item.ran_as in RAN and not strayed(item)]
     if not ran or not run.on_gpu:
         return
     tool = sanitizer.find_sanitizer()
@@ -60,7 +60,7 @@ def strayed(item: StageWork) -> bool:
 def unsafe(item: StageWork) -> bool:
     """Whether a stage's kernel is not known to be memory-safe: it crashed, hung, or may have written out of a
     buffer. A kernel seen only reading out of bounds is safe in this sense: a read changes no memory."""
-    return item.result.status in (Status.CRASHED, Status.TIMEOUT) or any(
+    return item.ran_as in (Status.CRASHED, Status.TIMEOUT) or any(
         f.kind in UNSAFE_KINDS and not f.reads_only for f in item.result.findings
     )
 

@@ -23,7 +23,7 @@ from autograder.pipeline.compile import building_ahead, compile_failure, compile
 from autograder.pipeline.run import StudentRun
 from autograder.pipeline.sanitize import sanitize_stages, unsafe
 from autograder.pipeline.speed import own_baseline, time_stages
-from autograder.pipeline.verdict import finish, undefined_behaviour
+from autograder.pipeline.verdict import finish, undefined_behaviour, undefined_end
 from autograder.pipeline.work import Phases, StageWork
 from autograder.records import Build, KernelSource, Performance, PerfVerdict, StageResult, Status
 from autograder.sandbox import SandboxUnavailable
@@ -116,7 +116,9 @@ def _prepare(
                 result = _checks(run, stage, source, build, phases)
                 memo.put(checked_key, result)
     result = undefined_behaviour(run.rubric, result)
-    return StageWork(stage, source, build, result, phases, key, own.text if own else None)
+    ended = result.status if result.status in (Status.CRASHED, Status.TIMEOUT) else None
+    result = undefined_end(run.rubric, result)
+    return StageWork(stage, source, build, result, phases, key, own.text if own else None, ended)
 
 
 def _run(run: StudentRun) -> tuple:

@@ -22,16 +22,35 @@ def undefined_behaviour(rubric: Rubric, result: StageResult) -> StageResult:
     """
     if rubric.undefined != "incorrect" or result.status is not Status.CORRECT:
         return result
+    count = len(result.cases)
+    return _incorrect(result, f"computes, so its right results here ({count} of {count} cases) do not count")
+
+
+def undefined_end(rubric: Rubric, result: StageResult) -> StageResult:
+    """A stage whose kernel crashed or hung in its correctness run, with a finding of undefined behaviour from the
+    checks both backends run (the CPU analysis, the output guards), made incorrect as the rubric says by default.
+
+    Crashing or hanging is one of the things such a kernel may do, on one GPU and not on another, or on the CPU
+    backend, where the same kernel runs to its end and is incorrect: judged by its findings, a hand-in gets one
+    verdict. The pipeline keeps treating the kernel as one that crashed or hung (pipeline.work.StageWork.ended).
+    """
+    if rubric.undefined != "incorrect" or result.status not in (Status.CRASHED, Status.TIMEOUT):
+        return result
+    did = "crashed" if result.status is Status.CRASHED else "hung"
+    return _incorrect(result, f"does, and here it {did} ({result.message})")
+
+
+def _incorrect(result: StageResult, what: str) -> StageResult:
+    """`result` made incorrect by its findings of undefined behaviour, if it has any: the message names their kinds
+    and lines, then says what CUDA does not define (`what`), and the hint says what to fix first."""
     undefined = [f for f in result.findings if f.kind in UNDEFINED_KINDS]
     if not undefined:
         return result
     kinds = ", ".join(dict.fromkeys(f.kind.replace("_", " ") for f in undefined))
     lines = sorted({f.line for f in undefined if f.line})
     where = f" at line {', '.join(map(str, lines))}" if lines else ""
-    message = (
-        f"incorrect: the kernel's result is undefined ({kinds}{where}); CUDA does not define what such a kernel "
-        f"computes, so its right results here ({len(result.cases)} of {len(result.cases)} cases) do not count"
-    )
+    undefined_part = f"incorrect: the kernel's result is undefined ({kinds}{where})"
+    message = f"{undefined_part}; CUDA does not define what such a kernel {what}"
     advice = undefined_hint(tuple(undefined)) or "fix what the findings report: a kernel may do only what CUDA defines"
     return replace(result, status=Status.INCORRECT, message=message, hint=advice)
 

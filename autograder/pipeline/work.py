@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from autograder.records import Build, Finding, KernelSource, StageResult, merged
+from autograder.records import Build, Finding, KernelSource, StageResult, Status, merged
 from autograder.stages import Stage
 
 GPU_WAIT = "gpu wait"  # the phase of waiting for the GPU: for a timing to end, or for correctness runs to end
@@ -54,6 +54,14 @@ class StageWork:
     phases: Phases
     memo_key: str | None  # where its result goes in the class memo; None without one
     baseline: str | None  # the source of the student's own baseline it was keyed with; None: the reference
+    # CRASHED or TIMEOUT: how its correctness run ended, where a finding of undefined behaviour made the stage
+    # incorrect (pipeline.verdict.undefined_end). Every later phase treats it as a kernel that crashed or hung.
+    ended: Status | None = None
+
+    @property
+    def ran_as(self) -> Status:
+        """The stage's status, or how its correctness run ended where that was a crash or a hang."""
+        return self.ended or self.result.status
 
 
 def collect(findings: dict[tuple, Finding], new: tuple[Finding, ...]) -> None:
