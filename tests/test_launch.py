@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autograder.backends import create_backend
 from autograder.backends.base import Backend
 from autograder.launch import Plan, launch_geometry, output_count, pass_sizes
 from autograder.records import KernelSource
@@ -53,16 +54,9 @@ def straying() -> KernelSource:
 
 @pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def backend(request: pytest.FixtureRequest, cache_dir: Path) -> Iterator[Backend]:
-    if request.param == "cpu":
-        if shutil.which("g++") is None:
-            pytest.skip("the CPU backend needs g++")
-        from autograder.backends.cpu.backend import CpuBackend
-
-        made: Backend = CpuBackend(cache_dir=cache_dir)
-    else:
-        from autograder.backends.gpu import GpuBackend
-
-        made = GpuBackend()
+    if request.param == "cpu" and shutil.which("g++") is None:
+        pytest.skip("the CPU backend needs g++")
+    made = create_backend(request.param, cache_dir=cache_dir)
     yield made
     made.close()
 

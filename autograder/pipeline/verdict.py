@@ -49,8 +49,9 @@ def _incorrect(result: StageResult, what: str) -> StageResult:
     kinds = ", ".join(dict.fromkeys(f.kind.replace("_", " ") for f in undefined))
     lines = sorted({f.line for f in undefined if f.line})
     where = f" at line {', '.join(map(str, lines))}" if lines else ""
-    undefined_part = f"incorrect: the kernel's result is undefined ({kinds}{where})"
-    message = f"{undefined_part}; CUDA does not define what such a kernel {what}"
+    message = (
+        f"incorrect: the kernel's result is undefined ({kinds}{where}); CUDA does not define what such a kernel {what}"
+    )
     advice = undefined_hint(tuple(undefined)) or "fix what the findings report: a kernel may do only what CUDA defines"
     return replace(result, status=Status.INCORRECT, message=message, hint=advice)
 
