@@ -1,6 +1,7 @@
 """Kernels that try to slip past the CPU backend's checker: a race, by confusing its rewrite of shared memory; a
 write out of bounds, behind a read out of bounds, so that its student would look as if it only read astray and
-keep its GPU worker for the next student (autograder.executors)."""
+keep its GPU worker for the next student (autograder.executors); a write past its output, wiped by its next pass
+before the grader looks (autograder.launch)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,42 @@ def test_an_analysis_that_did_not_finish_vouches_for_no_read_and_says_so(ending:
     strays = [finding for finding in result.findings if finding.kind == "out_of_bounds"]
     assert strays and all(finding.reads_only == (note is None) for finding in strays)
     assert result.message == "correct" if note is None else note in result.message
+
+
+# The first pass also writes past its output; each later pass writes NaN (the poison of its own output's tail)
+# over the slot its input's tail, the first pass's output, was written at: a check that waited for the device
+# only at the end of the run, and read the tails then, would see them unwritten.
+WIPES_ITS_TRACKS = """
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    sdata[tid] = (i < n) ? g_in[i] : 0.0f;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) {
+        g_out[blockIdx.x] = sdata[0];
+        if (n > 1000) g_out[gridDim.x] = 1.0f;
+    }
+    if (i == 0 && n <= 1000) ((float *)g_in)[n] = g_out[gridDim.x + 5];
+}
+"""
+
+
+def test_a_pass_that_wipes_the_last_pass_s_write_past_its_output_does_not_hide_it(cache_dir: Path) -> None:
+    cpu = CpuBackend(cache_dir=cache_dir)
+    kernel = cpu.compile(KernelSource(WIPES_ITS_TRACKS), get_stage("sequential"))
+    data = np.ones(65537, np.float32)
+    plan = Plan.create(cpu, kernel, (65537,), 256)
+    try:
+        plan.load(data)
+        findings = plan.run(check_each_pass=True)
+        assert plan.result() == data.sum()
+    finally:
+        plan.release()
+        cpu.close()
+    assert [(finding.kind, finding.message.split(",")[0]) for finding in findings] == [
+        ("output_guard", "pass 1 wrote g_out[257]")
+    ]
