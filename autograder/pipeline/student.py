@@ -43,8 +43,10 @@ def grade_student(
     results: dict[str, StageResult],
     progress: Progress | None = None,
 ) -> bool:
-    """Grade the `wanted` stages into `results`. Returns whether every kernel that ran kept to its buffers and
-    ended (no crash, hang or out-of-bounds finding): only then may its workers serve another student."""
+    """Grade the `wanted` stages into `results`. Returns whether every kernel that ran in the main worker's
+    current process kept to its buffers and ended (no crash, hang or out-of-bounds finding): only then may that
+    worker serve another student. A kernel that crashed or hung ended the process it ran in; one started after
+    it, which ran only the student's other kernels, may serve the next student when they were clean."""
     works: list[StageWork] = []
     with building_ahead(run, _unchecked(run, wanted, sources, problems)):
         for stage_id in wanted:
@@ -77,7 +79,7 @@ def grade_student(
         own = own_baseline(item.stage, sources, results)
         if run.memo is not None and item.memo_key is not None and (own.text if own else None) == item.baseline:
             run.memo.put(item.memo_key, final)
-    return not any(unsafe(item) for item in works)
+    return not any(unsafe(item) and run.worker.restarts in item.ran_in for item in works)
 
 
 def _prepare(
@@ -107,18 +109,25 @@ def _prepare(
     build = compile_stage(run, stage, source, phases)
     if isinstance(build, StageResult):
         return finish(run, stage, replace(build, phases=phases.seconds))
-    if memo is None or checked_key is None:
+    ran_in: set[int] = set()
+
+    def checked() -> StageResult:
         result = _checks(run, stage, source, build, phases)
+        ran_in.add(run.worker.restarts)  # the process its cases ran in, even where they ended it
+        return result
+
+    if memo is None or checked_key is None:
+        result = checked()
     else:
         with memo.claim([checked_key]):
             result = memo.get(checked_key)  # checked before, over another baseline: only its timing is left
             if result is None:
-                result = _checks(run, stage, source, build, phases)
+                result = checked()
                 memo.put(checked_key, result)
     result = undefined_behaviour(run.rubric, result)
     ended = result.status if result.status in (Status.CRASHED, Status.TIMEOUT) else None
     result = undefined_end(run.rubric, result)
-    return StageWork(stage, source, build, result, phases, key, own.text if own else None, ended)
+    return StageWork(stage, source, build, result, phases, key, own.text if own else None, ended, ran_in)
 
 
 def _run(run: StudentRun) -> tuple:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autograder.records import Build, Finding, KernelSource, StageResult, Status, merged
 from autograder.stages import Stage
@@ -57,6 +57,9 @@ class StageWork:
     # CRASHED or TIMEOUT: how its correctness run ended, where a finding of undefined behaviour made the stage
     # incorrect (pipeline.verdict.undefined_end). Every later phase treats it as a kernel that crashed or hung.
     ended: Status | None = None
+    # The student's main worker's processes its kernel ran in (Worker.restarts then): a crash or a hang ends the
+    # process it happens in, and a process started after it ran only the student's other kernels.
+    ran_in: set[int] = field(default_factory=set)
 
     @property
     def ran_as(self) -> Status:
