@@ -24,12 +24,14 @@ What a kernel can reach in a kept worker, and why no later student's verdict can
   write or output-guard finding, or a kernel that crashed or timed out (on any checker), its main worker is not
   kept if that kernel ran in the worker's current process. A crash or a hang in the worker ends its process
   (and its context); the process started after it, for the student's later stages, is kept when every kernel
-  it ran was clean: it is then no different from a worker that served a clean student. A kernel seen only
-  reading out of bounds (`i <= n`, common in a class) leaves it kept: a read changes no memory, and the CPU
-  analysis tells reads from writes (`Finding.reads_only`); its first stray write of a launch is told even past
-  its limit of findings, so stray reads cannot hide one. What no checker saw, such as a write
-  far out of bounds only on the graded inputs, is the same risk as for a kernel with no finding: the canary
-  below, and fresh buffers filled before use, are what stand against it.
+  it ran was clean: it is then no different from a worker that served a clean student. Nor is a process kept
+  where a stage's grading failed after its kernel may have run there (an error, the CPU analysis's compile
+  error after the GPU cases, a kernel wrong only when timed), since then no finding tells what it did. A
+  kernel seen only reading out of bounds (`i <= n`, common in a class) leaves it kept: a read changes no memory,
+  and the CPU analysis tells reads from writes (`Finding.reads_only`); its first stray write of a launch is told
+  even past its limit of findings, so stray reads cannot hide one. What no checker saw, such as a write far out
+  of bounds only on the graded inputs, is the same risk as for a kernel with no finding: the canary below, and
+  fresh buffers filled before use, are what stand against it.
   No kernel caught straying runs in a shared compute-sanitizer session: it is not sanitized at all; one that
   crashed runs in sessions of the student's own (autograder.pipeline.sanitize, autograder.sanitizer); and
   memcheck stops a kernel at its first access outside an allocation, ending its process.

@@ -35,6 +35,9 @@ class StudentRun:
     references: bool  # whether the reference kernels, which speed is measured against, are installed
     waited: float = 0.0  # seconds waited at the GPU's gate: part of no phase but GPU_WAIT
     grader_errors: list[str] = field(default_factory=list)  # the grader's own failures, for the course staff
+    # The main worker's processes (Worker.restarts then) in which a stage's grading ended in an error, its
+    # kernel perhaps run: such a process serves no later student (autograder.pipeline.student).
+    failed_in: set[int] = field(default_factory=set)
     _calibration: calibrations.Calibration | None = None
     _checker_builder: Builder | None = None
 

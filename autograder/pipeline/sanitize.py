@@ -19,7 +19,7 @@ from autograder import sanitizer
 from autograder.memo import StageMemo, grader_version
 from autograder.pipeline.run import StudentRun
 from autograder.pipeline.work import StageWork, joined
-from autograder.records import Status
+from autograder.records import StageResult, Status
 from autograder.verify import hint
 
 RAN = (Status.CORRECT, Status.INCORRECT, Status.CRASHED)
@@ -60,9 +60,12 @@ def strayed(item: StageWork) -> bool:
 def unsafe(item: StageWork) -> bool:
     """Whether a stage's kernel is not known to be memory-safe: it crashed, hung, or may have written out of a
     buffer. A kernel seen only reading out of bounds is safe in this sense: a read changes no memory."""
-    return item.ran_as in (Status.CRASHED, Status.TIMEOUT) or any(
-        f.kind in UNSAFE_KINDS and not f.reads_only for f in item.result.findings
-    )
+    return item.ran_as in (Status.CRASHED, Status.TIMEOUT) or writes_astray(item.result)
+
+
+def writes_astray(result: StageResult) -> bool:
+    """Whether a stage's kernel was seen writing, or perhaps writing, out of a buffer."""
+    return any(f.kind in UNSAFE_KINDS and not f.reads_only for f in result.findings)
 
 
 def _sanitized(

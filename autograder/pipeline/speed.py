@@ -11,6 +11,7 @@ from typing import Any
 
 from autograder.errors import KernelFault, KernelTimeout
 from autograder.pipeline.run import StudentRun
+from autograder.pipeline.sanitize import writes_astray
 from autograder.pipeline.work import StageWork
 from autograder.records import KernelSource, Performance, PerfVerdict, StageResult, Status, Timing
 from autograder.references import reference_source
@@ -38,12 +39,23 @@ def time_stages(
             item.result = replace(item.result, performance=Performance(PerfVerdict.NOT_MEASURED, unmeasured))
         return
     by_shape = [[item for item in correct if item.stage.shape is shape] for shape in (Shape.SUM_1D, Shape.MAX_2D)]
-    first = run.worker.restarts
+    first, ended = run.worker.restarts, True
     try:
         _time_groups(run, [group for group in by_shape if group], sources, results)
+        ended = False
     finally:  # each kernel timed ran in the processes that timed it: every one, counted for every stage timed
+        processes = range(first, run.worker.restarts + 1)
         for item in correct:
-            item.ran_in.update(range(first, run.worker.restarts + 1))
+            item.ran_in.update(processes)
+        # What no stage's findings tell: a timing that failed or found a kernel wrong, or a stage of the class
+        # memo's (timed as a baseline) that wrote astray (kept correct by a penalty rubric).
+        ours = {item.stage.id for item in works}
+        if ended or any(item.result.status is not Status.CORRECT for item in correct) or any(
+            result.status is Status.CORRECT and writes_astray(result)
+            for stage_id, result in results.items()
+            if stage_id not in ours
+        ):
+            run.failed_in.update(processes)
 
 
 def own_baseline(

@@ -79,7 +79,8 @@ def grade_student(
         own = own_baseline(item.stage, sources, results)
         if run.memo is not None and item.memo_key is not None and (own.text if own else None) == item.baseline:
             run.memo.put(item.memo_key, final)
-    return not any(unsafe(item) and run.worker.restarts in item.ran_in for item in works)
+    process = run.worker.restarts
+    return process not in run.failed_in and not any(unsafe(item) and process in item.ran_in for item in works)
 
 
 def _prepare(
@@ -112,7 +113,11 @@ def _prepare(
     ran_in: set[int] = set()
 
     def checked() -> StageResult:
-        result = _checks(run, stage, source, build, phases)
+        try:
+            result = _checks(run, stage, source, build, phases)
+        except BaseException:  # after its cases ran, perhaps (the CPU analysis's compile error, say)
+            run.failed_in.add(run.worker.restarts)
+            raise
         ran_in.add(run.worker.restarts)  # the process its cases ran in, even where they ended it
         return result
 
@@ -177,18 +182,25 @@ def _contained(
         return action()
     except CompileError as error:  # a kernel the worker cannot use: its name or signature, say
         result = compile_failure(stage, error)
-    except KernelTimeout as error:
-        result = StageResult(stage.id, Status.TIMEOUT, f"timed out: {error}")
-    except KernelFault as error:
-        result = StageResult(stage.id, Status.CRASHED, f"crashed: {error}")
     except _GRADERS_OWN as error:
         result = _grader_error(run, stage, error)
-    except GraderError as error:  # a worker failed while it ran the student's kernel
-        first = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
-        result = StageResult(stage.id, Status.CRASHED, f"crashed: the worker failed while running the kernel: {first}")
-    except Exception as error:  # a bug in the grader: the rest of the student is still graded
-        result = _grader_error(run, stage, error)
+    except Exception as error:
+        # Whatever the stage's kernel did before this is unknown: the process it may have run in serves no one.
+        run.failed_in.add(run.worker.restarts)
+        result = _failure(run, stage, error)
     return finish(run, stage, result)
+
+
+def _failure(run: StudentRun, stage: Stage, error: Exception) -> StageResult:
+    """The verdict of a stage whose grading raised `error`."""
+    if isinstance(error, KernelTimeout):
+        return StageResult(stage.id, Status.TIMEOUT, f"timed out: {error}")
+    if isinstance(error, KernelFault):
+        return StageResult(stage.id, Status.CRASHED, f"crashed: {error}")
+    if isinstance(error, GraderError):  # a worker failed while it ran the student's kernel
+        first = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+        return StageResult(stage.id, Status.CRASHED, f"crashed: the worker failed while running the kernel: {first}")
+    return _grader_error(run, stage, error)  # a bug in the grader: the rest of the student is still graded
 
 
 def _grader_error(run: StudentRun, stage: Stage, error: BaseException) -> StageResult:

@@ -15,10 +15,11 @@ import pytest
 
 from autograder import executors
 from autograder.batch import grade_class
+from autograder.errors import GraderError, KernelFault
 from autograder.grade import GradeOptions, _student_run, grade_notebook
 from autograder.isolation import worker_kind
 from autograder.notebook import kernel_cell, stage_cells
-from autograder.pipeline.student import grade_student
+from autograder.pipeline.student import _contained, grade_student
 from autograder.records import KernelSource, Status
 from autograder.references import reference_source
 from autograder.sandbox import Sandbox
@@ -175,4 +176,36 @@ def test_a_process_a_later_kernel_wrote_out_of_bounds_in_serves_no_one(backend: 
     assert statuses["first_add"] is Status.CRASHED and statuses["unrolled_warp"] is Status.INCORRECT
     assert restarts == 1 and not clean
     clean, restarts, statuses = clean_after(backend, {"unrolled_warp": WRITES_PAST_OUTPUT})
+    assert restarts == 0 and not clean
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU backend needs g++")
+@pytest.mark.parametrize("error", [GraderError("internal error in run_case"), KernelFault("died"), ValueError("bug")])
+def test_a_process_a_stage_s_grading_failed_in_serves_no_one(error: Exception) -> None:
+    """A stage whose grading raised, after its kernel may have run, leaves no finding to judge the process by:
+    the process it may have run in is not kept, whatever the stage's verdict."""
+
+    def fails() -> None:
+        raise error
+
+    with _student_run(replace(OPTIONS, backend="cpu"), None, share=False) as run:
+        result = _contained(run, get_stage("sequential"), fails)
+        assert result.status in (Status.CRASHED, Status.GRADER_ERROR)
+        assert run.failed_in == {run.worker.restarts}
+        assert not grade_student(run, [], {}, {}, {})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ending", ["compile_error_after_its_cases", "wrong_only_when_timed"])
+def test_a_process_whose_kernel_s_grading_ended_without_a_finding_serves_no_one(ending: str) -> None:
+    """A kernel that wrote past its output and then failed the CPU analysis's compile (an intrinsic only nvcc
+    knows), or one that is wrong only at the timed size: the stage's findings do not tell what it did in the
+    process it ran in, which is then not kept."""
+    if ending == "compile_error_after_its_cases":
+        kernel = WRITES_PAST_OUTPUT.replace("g_out[blockIdx.x + gridDim.x] = 0.0f;",
+                                            "g_out[blockIdx.x + gridDim.x] = (float)__usad(tid, 1u, 0u);")
+    else:
+        kernel = mutant("unrolled_warp", "g_out[blockIdx.x] = v;", "g_out[blockIdx.x] = n == 67108864u ? 0.0f : v;")
+    clean, restarts, statuses = clean_after("gpu", {"unrolled_warp": kernel})
+    assert statuses["unrolled_warp"] is (Status.COMPILE_ERROR if ending.startswith("compile") else Status.INCORRECT)
     assert restarts == 0 and not clean
