@@ -93,6 +93,7 @@ class GpuBusy:
 
     def __init__(self) -> None:
         self.samples: list[float] = []
+        self.unreadable = 0  # samples nvidia-smi answered without a utilisation ("[N/A]": a GPU in trouble)
         self.blocked: collections.Counter[tuple[str, str]] = collections.Counter()
         self.contexts: set[str] = set()  # processes seen holding a CUDA context
         self.programs = ProgramTimes()
@@ -122,8 +123,11 @@ class GpuBusy:
             if smi:
                 query = [smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
                 out = subprocess.run(query, capture_output=True, text=True).stdout.split()
-                if out:
-                    self.samples.append(sum(float(x) for x in out) / len(out))
+                busy = [float(x) for x in out if x.replace(".", "", 1).isdigit()]  # not "[N/A]" (a GPU in trouble)
+                if busy:
+                    self.samples.append(sum(busy) / len(busy))
+                elif out:
+                    self.unreadable += 1
                 apps = [smi, "--query-compute-apps=pid", "--format=csv,noheader"]
                 self.contexts |= set(subprocess.run(apps, capture_output=True, text=True).stdout.split())
             if not ps:
@@ -141,7 +145,8 @@ class GpuBusy:
         return "; ".join(f"{command} in {wchan}: {count / ticks:.1f} a sample" for (wchan, command), count in top)
 
     def share(self) -> str:
-        return f"{sum(self.samples) / len(self.samples):.0f} %" if self.samples else "n/a (no nvidia-smi)"
+        trouble = f" ({self.unreadable} samples without a utilisation: is the GPU well?)" if self.unreadable else ""
+        return (f"{sum(self.samples) / len(self.samples):.0f} %" if self.samples else "n/a (no nvidia-smi)") + trouble
 
 
 FINAL_ROLES = ("GPU", "sanitizer", "CPU backend")  # a worker's role that does not change any more
