@@ -39,23 +39,20 @@ def time_stages(
             item.result = replace(item.result, performance=Performance(PerfVerdict.NOT_MEASURED, unmeasured))
         return
     by_shape = [[item for item in correct if item.stage.shape is shape] for shape in (Shape.SUM_1D, Shape.MAX_2D)]
-    first, ended = run.worker.restarts, True
-    try:
-        _time_groups(run, [group for group in by_shape if group], sources, results)
-        ended = False
-    finally:  # each kernel timed ran in the processes that timed it: every one, counted for every stage timed
-        processes = range(first, run.worker.restarts + 1)
-        for item in correct:
-            item.ran_in.update(processes)
-        # What no stage's findings tell: a timing that failed or found a kernel wrong, or a stage of the class
-        # memo's (timed as a baseline) that wrote astray (kept correct by a penalty rubric).
-        ours = {item.stage.id for item in works}
-        if ended or any(item.result.status is not Status.CORRECT for item in correct) or any(
-            result.status is Status.CORRECT and writes_astray(result)
-            for stage_id, result in results.items()
-            if stage_id not in ours
-        ):
-            run.failed_in.update(processes)
+    first = run.worker.restarts
+    _time_groups(run, [group for group in by_shape if group], sources, results)
+    # Each kernel timed ran in the processes that timed: every one, counted for every stage timed. What no
+    # stage's findings tell makes them serve no later student: a kernel found wrong (or crashing) only when
+    # timed, or a stage of the class memo's, timed as a baseline, that wrote astray (correct by a penalty rubric).
+    processes = range(first, run.worker.restarts + 1)
+    for item in correct:
+        item.ran_in.update(processes)
+    ours = {item.stage.id for item in works}
+    kept = [result for stage_id, result in results.items() if stage_id not in ours]
+    if any(item.result.status is not Status.CORRECT for item in correct) or any(
+        result.status is Status.CORRECT and writes_astray(result) for result in kept
+    ):
+        run.failed_in.update(processes)
 
 
 def own_baseline(

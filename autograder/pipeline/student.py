@@ -69,6 +69,7 @@ def grade_student(
     try:
         time_stages(run, works, sources, results)
     except Exception as error:
+        run.failed_in.add(run.worker.restarts)  # what the kernels timed did before this is unknown
         why = run.grader_failed("timing", error)
         for item in works:
             if item.result.status is Status.CORRECT and not item.result.performance.timings:
@@ -113,11 +114,7 @@ def _prepare(
     ran_in: set[int] = set()
 
     def checked() -> StageResult:
-        try:
-            result = _checks(run, stage, source, build, phases)
-        except BaseException:  # after its cases ran, perhaps (the CPU analysis's compile error, say)
-            run.failed_in.add(run.worker.restarts)
-            raise
+        result = _checks(run, stage, source, build, phases)
         ran_in.add(run.worker.restarts)  # the process its cases ran in, even where they ended it
         return result
 
@@ -180,19 +177,19 @@ def _contained(
     failure of the grader itself is the stage's `grader_error`, recorded for the staff."""
     try:
         return action()
-    except CompileError as error:  # a kernel the worker cannot use: its name or signature, say
-        result = compile_failure(stage, error)
-    except _GRADERS_OWN as error:
-        result = _grader_error(run, stage, error)
     except Exception as error:
-        # Whatever the stage's kernel did before this is unknown: the process it may have run in serves no one.
+        # What the stage's kernel did before this (its cases may have run: the CPU analysis's compile error comes
+        # after them) is unknown: the process it may have run in serves no later student.
         run.failed_in.add(run.worker.restarts)
-        result = _failure(run, stage, error)
-    return finish(run, stage, result)
+        return finish(run, stage, _failure(run, stage, error))
 
 
 def _failure(run: StudentRun, stage: Stage, error: Exception) -> StageResult:
     """The verdict of a stage whose grading raised `error`."""
+    if isinstance(error, CompileError):  # a kernel the worker cannot use (its name or signature, say)
+        return compile_failure(stage, error)
+    if isinstance(error, _GRADERS_OWN):
+        return _grader_error(run, stage, error)
     if isinstance(error, KernelTimeout):
         return StageResult(stage.id, Status.TIMEOUT, f"timed out: {error}")
     if isinstance(error, KernelFault):
