@@ -18,6 +18,7 @@ import os
 import re
 import stat
 import tempfile
+import threading
 import traceback
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -38,7 +39,8 @@ from autograder.sanitizer import TOOLS, find_sanitizer, launcher_of
 from autograder.schedule import Placement, place, run
 from autograder.sessions import Address, SessionHost
 from autograder.spreadsheets import csv_text
-from autograder.stages import STAGE_IDS
+from autograder.stages import STAGE_IDS, Shape
+from autograder.timing import publish_input
 
 PREFERRED_NOTEBOOK = "reduction.ipynb"
 
@@ -270,7 +272,11 @@ def grade_class(
         record((task[0].student, None, f"its grading was lost with the worker processes that ran it: {why}"))
 
     gpu_tasks = options.backend != "cpu"
-    with _shared_sessions(options, spread, local_cluster and gpu_tasks and bool(tasks)) as sessions:
+    timed_here = gpu_tasks and bool(_class_gpus(options, spread)) and options.measure_speed and bool(tasks)
+    with (
+        _timing_inputs_ahead(options, timed_here),
+        _shared_sessions(options, spread, local_cluster and gpu_tasks and bool(tasks)) as sessions,
+    ):
         try:
             lost_workers = run(grade_submission, [(*task, sessions) for task in tasks], workers=spread.workers,
                                scheduler=spread.scheduler, gpu_tasks=gpu_tasks, on_result=record, on_lost=lost)
@@ -286,14 +292,35 @@ def _by_student(results: list[StudentResult]) -> tuple[StudentResult, ...]:
     return tuple(sorted(results, key=lambda result: result.student))
 
 
+def _class_gpus(options: GradeOptions, spread: ClassOptions) -> tuple[int, ...]:
+    """The GPUs a class is graded on: without --gpus the first, where there is one (the `auto` backend's choice)."""
+    return spread.gpus or ((0,) if options.backend == "gpu" or Path("/dev/nvidia0").exists() else ())
+
+
+@contextmanager
+def _timing_inputs_ahead(options: GradeOptions, wanted: bool) -> Iterator[None]:
+    """The class's timing inputs drawn and published now, while its processes start and its first students
+    compile: every grading process then reads them (autograder.timing.publish_input), none draws its own at its
+    first timing, when the first students all time at once."""
+    if not wanted:
+        yield
+        return
+    sizes = [options.rubric.timing.size_of(shape) for shape in (Shape.SUM_1D, Shape.MAX_2D)]
+    thread = threading.Thread(target=lambda: [publish_input(options.seed, size) for size in sizes], daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
 @contextmanager
 def _shared_sessions(options: GradeOptions, spread: ClassOptions, wanted: bool) -> Iterator[Address | None]:
     """The class's compute-sanitizer sessions, one a tool and GPU, that all the grading processes of a local
     cluster share (autograder.sessions); None where they would not be used: no GPU, no compute-sanitizer, no
     local cluster, or no worker kept from one student to the next."""
     tool = find_sanitizer()
-    # Without --gpus a student is graded on the first GPU, where there is one (the `auto` backend's choice).
-    gpus = spread.gpus or ((0,) if options.backend == "gpu" or Path("/dev/nvidia0").exists() else ())
+    gpus = _class_gpus(options, spread)
     if not (wanted and gpus and spread.share_workers and tool is not None):
         yield None
         return

@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Mapping
+from contextlib import suppress
 from typing import Any
 
 from autograder.build import Builder
@@ -104,6 +105,7 @@ class StudentWorkers:
         self._remote: dict[str, RemoteSession] = {}  # the same, served by the class's host, by tool
         self._sessions: dict[str, Worker] = {}  # this student's own sessions, by tool
         self._own: list[Worker] = []  # every session of this student's own, closed with it
+        self._starting: threading.Thread | None = None  # the CPU analysis's worker starting ahead
         # Set by the pipeline when the student is graded: none of its kernels crashed, timed out or wrote out of
         # bounds (see the module's docstring). Only then are its shared workers kept.
         self.clean = False
@@ -118,6 +120,17 @@ class StudentWorkers:
         if self._checker is None:
             self._checker = Worker("cpu", self.options, self.sandbox)
         return self._checker
+
+    def start_checker_ahead(self) -> None:
+        """Start the CPU analysis's worker now, in a thread of its own (`close` waits for it); one that cannot
+        start says why at its first use."""
+
+        def start() -> None:
+            with suppress(Exception):
+                self.checker().start()
+
+        self._starting = threading.Thread(target=start, daemon=True)
+        self._starting.start()
 
     def session(self, tool: str, launcher: tuple[str, ...], how: str) -> Worker | RemoteSession:
         """A worker started under compute-sanitizer's `tool`, shared as `how` says (autograder.sanitizer):
@@ -145,6 +158,8 @@ class StudentWorkers:
         """End the student: its own workers close; its shared ones are kept for the next student, each after its
         reset: the compute-sanitizer sessions always (only memory-safe kernels run in them), the main worker when
         the student was `clean`, and after its canary."""
+        if self._starting is not None:
+            self._starting.join()  # a worker still starting is closed once it has started, not left running
         for worker in (*self._own, *([self._checker] if self._checker else [])):
             worker.close()
         for remote in self._remote.values():

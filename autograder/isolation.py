@@ -91,6 +91,11 @@ class Worker:
         assert self._device is not None
         return self._device
 
+    @property
+    def known(self) -> bool:
+        """Whether `device` answers without starting the child."""
+        return self._device is not None or self._kind() in _DEVICES
+
     def _kind(self) -> str:
         return worker_kind(self.backend_name, self.options, self.sandbox, self.launcher)
 

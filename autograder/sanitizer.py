@@ -26,7 +26,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Mapping, Set
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,15 +102,26 @@ def sanitize(
       as the tool's report, and not always before its call returns, so its report is read once its process has
       ended, and a printed report line can only accuse the kernel that printed it (never another stage, nor,
       through the class memo, a classmate's identical kernel).
+
+    The tools run at once, each over the stages in order: racecheck and synccheck run a stage once memcheck has
+    run it, since a kernel memcheck catches is not memory-safe for them. A student's phase then takes about one
+    tool's runs, not three tools' one after another; its verdicts are the same in any order of the runs, as
+    each run's report is read on its own and joined in TOOLS order.
     """
-    findings: dict[str, list[Finding]] = {stage_id: [] for stage_id in builds}
-    notes: dict[str, list[str]] = {stage_id: [] for stage_id in builds}
     unsafe = set(unsafe)
-    stopped = False  # a kernel of this student could not finish in a shared session
-    for tool in TOOLS:  # memcheck first: a kernel it catches is not memory-safe for the others
+    stopped = threading.Event()  # a kernel of this student could not finish in a shared session
+    memchecked = {stage_id: threading.Event() for stage_id in builds}
+    failed_tool = threading.Event()  # a tool raised: the phase fails, and no other tool runs another kernel
+
+    def each_stage(tool: str) -> dict[str, tuple[list[Finding], str | None]]:
         launcher = launcher_of(sanitizer, tool)
+        seen_by_stage: dict[str, tuple[list[Finding], str | None]] = {}
         for stage_id, build in builds.items():
-            how = _sharing(tool, build, stage_id in unsafe, stopped)
+            if tool != "memcheck":
+                memchecked[stage_id].wait()  # set early where memcheck raised: then failed_tool is set
+            if failed_tool.is_set():
+                break
+            how = _sharing(tool, build, stage_id in unsafe, stopped.is_set())
             where = session(tool, launcher, how)
             case = SANITIZER_CASES[get_stage(stage_id).shape]
             if isinstance(where, Worker):
@@ -116,13 +129,37 @@ def sanitize(
             else:  # a session of the class's, in the process that runs it (autograder.sessions)
                 failed, lines = where.run(build, case, block_size, gate)
             seen = parse_report(tool, lines, {stage_id: build}).get(stage_id, [])
-            findings[stage_id].extend(seen)
-            if failed and not seen:
-                notes[stage_id].append(f"compute-sanitizer {tool} could not finish on this kernel ({failed[:160]})")
-            if tool == "memcheck" and (failed or seen):
-                unsafe.add(stage_id)
-            stopped = stopped or bool(failed and not seen and how == "shared")  # a hang, not memcheck's stop
-    return {stage_id: Sanitized(tuple(findings[stage_id]), tuple(notes[stage_id])) for stage_id in builds}
+            note = f"compute-sanitizer {tool} could not finish on this kernel ({failed[:160]})" if failed else None
+            seen_by_stage[stage_id] = seen, None if seen else note
+            if failed and not seen and how == "shared":  # a hang, not memcheck's stop
+                stopped.set()
+            if tool == "memcheck":  # what the other tools wait for, after all it decides
+                if failed or seen:
+                    unsafe.add(stage_id)
+                memchecked[stage_id].set()
+        return seen_by_stage
+
+    def tool_run(tool: str) -> dict[str, tuple[list[Finding], str | None]]:
+        try:
+            return each_stage(tool)
+        except BaseException:
+            failed_tool.set()
+            raise
+        finally:
+            if tool == "memcheck":
+                for event in memchecked.values():
+                    event.set()  # the other tools wait no longer: they stop where memcheck raised
+
+    with ThreadPoolExecutor(max_workers=len(TOOLS), thread_name_prefix="sanitizer") as pool:
+        futures = [pool.submit(tool_run, tool) for tool in TOOLS]
+        by_tool = [future.result() for future in futures]
+    return {
+        stage_id: Sanitized(
+            tuple(finding for seen in by_tool if stage_id in seen for finding in seen[stage_id][0]),
+            tuple(seen[stage_id][1] for seen in by_tool if stage_id in seen and seen[stage_id][1]),
+        )
+        for stage_id in builds
+    }
 
 
 def run_in(
@@ -154,7 +191,9 @@ def _sharing(tool: str, build: Build, unsafe: bool, stopped: bool) -> str:
     """How a kernel's session is shared. Once one of its student's kernels `stopped` a shared session, finishing
     with no report from the tool (a hang, up to SECONDS_PER_RUN, holds up every student waiting for the session;
     memcheck stopping a kernel at a bad access reports it), the student's other kernels run in sessions of its
-    own: a student can hold the class's sessions up once, not once a stage and tool."""
+    own: a student can hold up each of the class's sessions once at most (racecheck's and synccheck's at the
+    same time, as they run at once), not once a stage and tool. A hang under memcheck sends the stage to the
+    student's own sessions of the other tools, which run a stage after memcheck."""
     if can_print(build):
         return "alone"
     return "student" if stopped or (unsafe and tool != "memcheck") else "shared"

@@ -31,17 +31,20 @@ checks that the threshold separates them.
 
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autograder.errors import GraderError
 from autograder.records import KernelMetrics, KernelSource, Performance, TechniqueCheck
 from autograder.sandbox import Sandbox
+from autograder.schedule import cpu_slot
 from autograder.stages import Stage
 
 PTX_ARCH = "sm_75"  # a fixed target: the PTX, and so the measurement, is the same whatever GPU grades
@@ -217,7 +220,7 @@ def check(
     """The technique checks of `stage` for the student's kernel: its CPU measurements (`metrics`, None where
     there are none) and, where nvcc is installed, its PTX (compiled in `sandbox`)."""
     measures = MEASURES.get(stage.id, ())
-    ptx, ptx_how = _ptx(source, sandbox) if any(m.source == "ptx" for m in measures) else (None, "")
+    ptx, ptx_how = _ptx(source, sandbox) if needs_ptx(stage) else (None, "")
     checks = []
     for measure in measures:
         if measure.source == "ptx":
@@ -283,22 +286,67 @@ def _show(value: float | None) -> str:
 # --- PTX -------------------------------------------------------------------------------------------------
 
 
+def needs_ptx(stage: Stage) -> bool:
+    """Whether a technique check of `stage` reads the kernel's PTX."""
+    return any(m.source == "ptx" for m in MEASURES.get(stage.id, ()))
+
+
 def ptx_of(source: KernelSource, sandbox: Sandbox) -> str | None:
     """The PTX nvcc makes of `source` (compiled in the sandbox), or None where nvcc is not installed or fails."""
     return _ptx(source, sandbox)[0]
 
 
+def start_ptx(source: KernelSource, sandbox: Sandbox, pool: Executor) -> None:
+    """Start compiling the PTX of `source` on `pool`, for a later `check` to take (autograder.pipeline.compile
+    starts it with the student's other builds)."""
+    _ptx_future(source, sandbox, pool)
+
+
 def _ptx(source: KernelSource, sandbox: Sandbox) -> tuple[str | None, str]:
-    """(PTX or None, how it was made or why there is none)."""
+    """(PTX or None, how it was made or why there is none): one compile per source, started here or earlier."""
+    return _ptx_future(source, sandbox, None).result()
+
+
+def _ptx_future(source: KernelSource, sandbox: Sandbox, pool: Executor | None) -> Future[tuple[str | None, str]]:
     from autograder.backends.gpu import find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None:
-        return None, "not checked here: nvcc (the CUDA compiler) is not installed; the grader checks it"
-    return _compile_ptx(source.text, nvcc, sandbox)
+        future: Future[tuple[str | None, str]] = Future()
+        future.set_result((None, "not checked here: nvcc (the CUDA compiler) is not installed; the grader checks it"))
+        return future
+    key = (source.text, nvcc, sandbox)
+    with _PTX_LOCK:
+        if key in _PTX:
+            return _PTX[key]
+        if len(_PTX) >= PTX_KEPT:
+            _PTX.clear()
+        future = _PTX[key] = Future()
+
+    def compile_it() -> None:
+        try:
+            with cpu_slot() if pool is not None else nullcontext():  # ahead, it waits for a core as builds do
+                future.set_result(_compile_ptx(source.text, nvcc, sandbox))
+        except BaseException as error:  # its caller gets it, as from a compile of its own; the next tries again
+            with _PTX_LOCK:
+                _PTX.pop(key, None)
+            future.set_exception(error)
+
+    if pool is None:
+        compile_it()
+    else:
+        try:
+            pool.submit(compile_it)
+        except RuntimeError:  # a pool shut down: compiled now, not left for ever unfinished
+            compile_it()
+    return future
 
 
-@functools.lru_cache(maxsize=1024)
+PTX_KEPT = 1024  # PTX of so many sources kept in a process, at most
+_PTX: dict[tuple[str, str, Sandbox], Future[tuple[str | None, str]]] = {}
+_PTX_LOCK = threading.Lock()
+
+
 def _compile_ptx(text: str, nvcc: str, sandbox: Sandbox) -> tuple[str | None, str]:
     with tempfile.TemporaryDirectory(prefix="autograder-ptx-") as directory:
         folder = Path(directory)

@@ -8,6 +8,7 @@ until every kernel's relative standard error is below the target, or a cap is re
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import math
 import os
@@ -24,6 +25,7 @@ from autograder.backends.base import Backend
 from autograder.backends.gpu import cache_root
 from autograder.errors import GraderError
 from autograder.launch import Plan
+from autograder.memo import grader_version
 from autograder.records import Build, KernelSource, Timing
 from autograder.stages import Shape, Stage, get_stage
 from autograder.verify import Sums, compiled, draw, keep, take
@@ -164,32 +166,66 @@ def input_folder() -> Path:
 
 
 def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) -> tuple[Path, str] | None:
-    """The timing input of `seed` and `size` as a file, with the SHA-256 of its values: drawn here once per
-    grading process, and written for its GPU workers, which then read it rather than draw it (2 x 2^26 values:
-    seconds of a core at each worker's start). A file already there is used when its values are the ones drawn
-    here, and written again otherwise (another version's draw, or one left half-written). None where it cannot
-    be written: each worker then draws its own."""
+    """The timing input of `seed` and `size` as a file, with the SHA-256 of its values, which its GPU workers then
+    read rather than draw (2 x 2^26 values: seconds of a core at each worker's start).
+
+    Drawn once per machine and grader: the first grading process to ask draws it and writes the file and its
+    record (the digest, and the grader that drew it); the others wait for it and read the record, as a class's
+    host that asks at the start of the class (autograder.batch) lets them. A file with no record of this grader
+    (another version's draw, or one left half-written) is drawn and written again. A worker checks the values
+    against the digest before it uses them, and draws its own where they differ. None where the file cannot be
+    written: each worker then draws its own."""
     folder = folder or input_folder()
     key = (seed, size, folder)
     if key not in _PUBLISHED:
         path = folder / f"{seed}-{'x'.join(map(str, size))}.npy"
-        data = draw("random", math.prod(size), seed)
-        digest = hashlib.sha256(data).hexdigest()
+        record = path.with_suffix(".sha256")
         try:
-            if _published(path, digest, size) is None:
-                folder.mkdir(parents=True, exist_ok=True)
-                with tempfile.TemporaryDirectory(dir=folder) as directory:
-                    part = Path(directory) / path.name
-                    np.save(part, data, allow_pickle=False)
-                    part.chmod(0o644)  # the sandboxed workers read it
-                    os.replace(part, path)  # whole or absent, for graders that publish it at the same time
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / ".publishing", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # one process draws; the others wait, then read its record
+                digest = _recorded(path, record)
+                if digest is None:
+                    data = draw("random", math.prod(size), seed)
+                    digest = hashlib.sha256(data).hexdigest()
+                    if _published(path, digest, size) is None:
+                        _write(path, lambda part: np.save(part, data, allow_pickle=False))
+                    written = f"{digest} {_drawn_by()} {path.stat().st_mtime_ns}\n"
+                    _write(record, lambda part: part.write_text(written))
+                with suppress(OSError):  # another grader may be removing the same files
+                    by_age = sorted(folder.glob("*.npy"), key=lambda p: p.stat().st_mtime, reverse=True)
+                    for old in by_age[KEPT_INPUTS:]:
+                        old.with_suffix(".sha256").unlink(missing_ok=True)
+                        old.unlink(missing_ok=True)  # a worker that has it open keeps reading it
             _PUBLISHED[key] = path, digest
         except OSError:
             _PUBLISHED[key] = None
-        with suppress(OSError):  # another grader may be removing the same files
-            for old in sorted(folder.glob("*.npy"), key=lambda p: p.stat().st_mtime, reverse=True)[KEPT_INPUTS:]:
-                old.unlink(missing_ok=True)  # a worker that has it open keeps reading it
     return _PUBLISHED[key]
+
+
+def _recorded(path: Path, record: Path) -> str | None:
+    """The digest a grader of this version recorded for the input at `path`, where the file is still the one it
+    recorded (written since, by a grader of another version say, it is drawn again)."""
+    try:
+        digest, drawn_by, written = record.read_text().split()
+        unchanged = path.stat().st_mtime_ns == int(written)
+    except (OSError, ValueError):
+        return None
+    return digest if drawn_by == _drawn_by() and unchanged else None
+
+
+def _drawn_by() -> str:
+    """What the values drawn from a seed depend on besides it: the grader's code and numpy's generator."""
+    return f"{grader_version()}/numpy-{np.__version__}"
+
+
+def _write(path: Path, write: Callable[[Path], object]) -> None:
+    """Write `path` whole or not at all, for the sandboxed workers to read."""
+    with tempfile.TemporaryDirectory(dir=path.parent) as directory:
+        part = Path(directory) / path.name
+        write(part)
+        part.chmod(0o644)
+        os.replace(part, path)
 
 
 _PUBLISHED: dict[tuple[int, tuple[int, ...], Path], tuple[Path, str] | None] = {}  # by this grading process

@@ -45,6 +45,7 @@ from autograder.notebook import kernel_cell, stage_cells
 from autograder.references import reference_source
 from autograder.report import phase_summary
 from autograder.stages import REQUIRED_STAGE_IDS
+from autograder.timing import input_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "submissions"
@@ -299,7 +300,10 @@ def _cpu_times() -> tuple[int, int]:
 
 def timed(folder: Path, out: Path, options: GradeOptions, spread: ClassOptions, label: str) -> Measured:
     """Grade `folder`, printing the rate of each tenth of the class as it goes, so a slow start or a slow tail
-    shows, then where the time went."""
+    shows, then where the time went. The timing inputs an earlier run drew are removed first: a class at a
+    deadline has a seed of its own, so its grader draws them afresh (this bench's runs share one seed, so that
+    their grades compare)."""
+    shutil.rmtree(input_folder(), ignore_errors=True)
     started = time.monotonic()
     last = [0, started]  # students graded, and when, at the end of the last tenth
     tenths: list[str] = []

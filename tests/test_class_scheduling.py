@@ -14,8 +14,11 @@ import dask
 import pytest
 
 from autograder.batch import ClassOptions, grade_class
+from autograder.executors import StudentWorkers
 from autograder.grade import GradeOptions, grade_notebook
+from autograder.pipeline.run import StudentRun
 from autograder.records import PerfVerdict, Status, StudentResult, to_dict
+from autograder.sandbox import Sandbox
 from autograder.schedule import Placement, gpu_gate, place, run
 from autograder.verify import UNDEFINED_KINDS
 
@@ -218,3 +221,35 @@ def test_on_a_gpu_parallel_students_are_timed_on_their_gpu_with_the_serial_statu
         s.performance.verdict is not PerfVerdict.NOT_MEASURED
         for r in parallel.results for s in r.stages if s.status is Status.CORRECT
     )
+
+
+def test_a_students_threads_waiting_at_once_count_the_wait_once() -> None:
+    # The compute-sanitizer tools of a student ask for the GPU at once. Counted twice, the student's wait would
+    # be longer than its phase, whose own time (the phase less the wait) would come out below zero.
+    run = StudentRun(GradeOptions(), workers=None, builder=None, memo=None, gpu=9, references=False)  # type: ignore[arg-type]
+    timing = threading.Thread(target=held, args=(9, [("timing", True, 0.4, 0.0)]))
+    timing.start()
+    time.sleep(0.1)  # the timing holds the GPU alone
+
+    def ask() -> None:
+        with run.gate(exclusive=False):
+            pass
+
+    started = time.perf_counter()
+    askers = [threading.Thread(target=ask) for _ in range(3)]
+    for asker in askers:
+        asker.start()
+    for thread in (*askers, timing):
+        thread.join()
+    assert 0.2 < run.waited <= time.perf_counter() - started
+
+
+
+def test_a_worker_started_ahead_is_closed_with_its_student_even_while_it_starts() -> None:
+    # A process's first student starts its CPU analysis's worker in a thread. A student that needs no worker
+    # (every stage from the memo, or none handed in) may end while it starts: it must not be left running.
+    workers = StudentWorkers("cpu", {}, Sandbox(False))
+    workers.start_checker_ahead()
+    workers.close()
+    time.sleep(2.0)  # any start still going has ended by now (a CPU worker starts in a fraction of a second)
+    assert not workers.checker().alive

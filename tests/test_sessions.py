@@ -19,7 +19,7 @@ from autograder.errors import GraderError
 from autograder.isolation import Worker
 from autograder.records import Build, KernelSource
 from autograder.references import reference_source
-from autograder.sanitizer import PREFIX, TOOLS, sanitize
+from autograder.sanitizer import PREFIX, TOOLS, Sanitized, sanitize
 from autograder.sessions import Address, RemoteSession, SessionHost
 from autograder.stages import get_stage
 from autograder.verify import Case, loaded
@@ -238,3 +238,122 @@ def test_closed_sessions_serve_no_one_and_leave_nothing_running(builds: dict[str
     remote.close()
     assert not any(worker.alive for worker in sessions.made)
     assert "sessions" not in {thread.name for thread in threading.enumerate()}
+
+
+class Watched(Worker):
+    """A CPU-backend session that records each run's tool and kernel as it starts and ends, and can hold a run
+    until a given run of another tool has ended."""
+
+    def __init__(self, tool: str, log: list[tuple[str, str, str]], lock: threading.Lock,
+                 waits: dict[tuple[str, str], tuple[str, str]], ended: dict[tuple[str, str], threading.Event]) -> None:
+        super().__init__("cpu")
+        self.tool, self.log, self.lock, self.waits, self.ended = tool, log, lock, waits, ended
+
+    def call(self, fn, *args, timeout):  # type: ignore[no-untyped-def]
+        if fn.__name__ != "sanitized_run":
+            return super().call(fn, *args, timeout=timeout)
+        run = (self.tool, args[0].source.text)
+        if run in self.waits:  # held until that run of another tool has ended: proof that the two overlap
+            assert self.ended[self.waits[run]].wait(30), f"{run} was not run beside {self.waits[run]}"
+        with self.lock:
+            self.log.append(("start", *run))
+        try:
+            return super().call(fn, *args, timeout=timeout)
+        finally:
+            with self.lock:
+                self.log.append(("end", *run))
+            self.ended.setdefault(run, threading.Event()).set()
+
+
+def test_the_tools_run_at_once_and_each_stage_reaches_the_others_after_memcheck(builds: dict[str, Build]) -> None:
+    # memcheck runs first on each stage (a kernel it catches is not memory-safe for the others); the other tools
+    # follow stage by stage beside it, so a student's phase takes about one tool's runs, not three.
+    stages = {"naive": builds["ann"], "sequential": builds["bob"], "shuffle": builds["quiet"]}
+    texts = {build.source.text: stage_id for stage_id, build in stages.items()}
+    log: list[tuple[str, str, str]] = []
+    lock = threading.Lock()
+    ended: dict[tuple[str, str], threading.Event] = {
+        (tool, build.source.text): threading.Event() for tool in TOOLS for build in stages.values()
+    }
+    # memcheck's last run waits for racecheck's and synccheck's first: run one tool after another, this fails.
+    last, first = stages["shuffle"].source.text, stages["naive"].source.text
+    waits = {("memcheck", last): ("racecheck", first), ("racecheck", stages["sequential"].source.text):
+             ("synccheck", first)}
+    made: dict[str, Watched] = {}
+
+    def session(tool: str, _: tuple[str, ...], how: str) -> Worker:
+        if tool not in made:
+            made[tool] = Watched(tool, log, lock, waits, ended)
+        return made[tool]
+
+    try:
+        seen = sanitize(stages, "compute-sanitizer", session, set(), 256, nullcontext)
+    finally:
+        for each in made.values():
+            each.close()
+    order = [(event, tool, texts[text]) for event, tool, text in log]
+    for tool in ("racecheck", "synccheck"):
+        for stage_id in stages:
+            assert order.index(("end", "memcheck", stage_id)) < order.index(("start", tool, stage_id))
+        assert [stage for event, asker, stage in order if asker == tool and event == "start"] == list(stages)
+    assert set(seen) == set(stages) and all(each == Sanitized() for each in seen.values())  # every run finished
+
+
+def test_a_memcheck_that_fails_stops_the_other_tools_where_it_stopped(builds: dict[str, Build]) -> None:
+    # Where memcheck did not run a kernel, whether it is memory-safe is unknown: no other tool runs it, shared or
+    # not, and the phase fails as before (the pipeline keeps the other checkers' verdicts).
+    asked: list[tuple[str, str]] = []
+    made: list[Worker] = []
+
+    class Broken(Worker):
+        def call(self, fn, *args, timeout):  # type: ignore[no-untyped-def]
+            if fn.__name__ == "sanitized_run" and args[0] is builds["bob"]:
+                raise GraderError("the class's shared memcheck session cannot be reached")
+            return super().call(fn, *args, timeout=timeout)
+
+    def session(tool: str, _: tuple[str, ...], how: str) -> Worker:
+        made.append(Broken("cpu") if tool == "memcheck" else Worker("cpu"))
+        asked.append((tool, how))
+        return made[-1]
+
+    try:
+        with pytest.raises(GraderError, match="cannot be reached"):
+            sanitize({"naive": builds["quiet"], "sequential": builds["bob"], "shuffle": builds["ann"]},
+                     "compute-sanitizer", session, set(), 256, nullcontext)
+    finally:
+        for each in made:
+            each.close()
+    assert sorted(asked) == sorted([("memcheck", "shared"), ("memcheck", "alone"), ("racecheck", "shared"),
+                                    ("synccheck", "shared")])  # bob's and ann's kernels ran under no other tool
+
+
+def test_any_tool_that_fails_stops_the_others(builds: dict[str, Build]) -> None:
+    # The phase fails where one tool cannot run (the class's racecheck session cannot be reached, say): the
+    # other tools stop at their next kernel, not run every stage up to its limit for a phase thrown away.
+    ran: list[str] = []
+
+    class Unreachable(Worker):
+        def call(self, fn, *args, timeout):  # type: ignore[no-untyped-def]
+            if fn.__name__ == "sanitized_run":
+                ran.append(self.tool)
+                if self.tool == "racecheck":
+                    raise GraderError("the class's shared racecheck session cannot be reached")
+            return super().call(fn, *args, timeout=timeout)
+
+    made: dict[str, Unreachable] = {}
+
+    def session(tool: str, _: tuple[str, ...], how: str) -> Worker:
+        if tool not in made:
+            made[tool] = Unreachable("cpu")
+            made[tool].tool = tool  # type: ignore[attr-defined]
+        return made[tool]
+
+    stages = {"naive": builds["quiet"], "sequential": builds["quiet"], "shuffle": builds["quiet"],
+              "unrolled_warp": builds["quiet"]}
+    try:
+        with pytest.raises(GraderError, match="racecheck session cannot be reached"):
+            sanitize(stages, "compute-sanitizer", session, set(), 256, nullcontext)
+    finally:
+        for each in made.values():
+            each.close()
+    assert ran.count("racecheck") == 1 and ran.count("synccheck") <= 2  # memcheck, ahead, may be done

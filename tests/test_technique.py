@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -113,6 +114,27 @@ def test_the_ptx_of_the_shuffle_reference_shuffles_and_the_unrolled_warp_referen
     shuffles = technique.ptx_shuffles(technique.ptx_of(reference_source("shuffle"), SANDBOX))
     assert shuffles == technique.MEASURES["shuffle"][0].reference(256) == 5
     assert technique.ptx_shuffles(technique.ptx_of(reference_source("unrolled_warp"), SANDBOX)) == 0
+
+
+@requires_nvcc
+def test_the_ptx_started_with_a_students_builds_is_compiled_once_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Started beside the student's other builds (autograder.pipeline.compile), the PTX compile is not on the
+    # student's path at the shuffle stage's check; a check that comes while it runs waits for it, not compiles.
+    compiles: list[str] = []
+    real = technique._compile_ptx
+
+    def counted(text: str, nvcc: str, sandbox: Sandbox) -> tuple[str | None, str]:
+        compiles.append(text)
+        return real(text, nvcc, sandbox)
+
+    monkeypatch.setattr(technique, "_compile_ptx", counted)
+    monkeypatch.setattr(technique, "_PTX", {})
+    source = KernelSource(reference_source("shuffle").text + "// started ahead\n")
+    with ThreadPoolExecutor(2) as pool:
+        technique.start_ptx(source, SANDBOX, pool)
+        checks = technique.check(get_stage("shuffle"), source, None, SANDBOX, 256)
+    (shuffles,) = [check for check in checks if check.how.startswith("PTX")]
+    assert shuffles.passed and shuffles.value == 5 and compiles == [source.text]
 
 
 def test_first_add_is_checked_by_its_launch_contract() -> None:
@@ -251,3 +273,25 @@ def test_feedback_and_self_check_show_the_measurement_and_why_it_shows_the_lesso
     assert any(label == "Technique" and "shuffles executed" in text for label, text in StageReport(stage).rows())
     quiet = replace(stage, performance=replace(performance, reference_step=1.29))
     assert "within the timing noise" not in feedback.technique_note(quiet)
+
+
+@requires_nvcc
+def test_a_ptx_compile_that_failed_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A failure of the grader's machine (a full /tmp, say) is not the source's: the check that comes later, or
+    # the next student with the same kernel, compiles it again, not the failure remembered.
+    calls: list[int] = []
+    real = technique._compile_ptx
+
+    def full_once(text: str, nvcc: str, sandbox: Sandbox) -> tuple[str | None, str]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real(text, nvcc, sandbox)
+
+    monkeypatch.setattr(technique, "_compile_ptx", full_once)
+    monkeypatch.setattr(technique, "_PTX", {})
+    source = KernelSource(reference_source("shuffle").text + "// tried again\n")
+    with ThreadPoolExecutor(1) as pool:
+        technique.start_ptx(source, SANDBOX, pool)  # ahead, with the student's builds: it fails
+    assert technique.ptx_shuffles(technique.ptx_of(source, SANDBOX)) == 5 and len(calls) == 2
+    assert technique.ptx_shuffles(technique.ptx_of(source, SANDBOX)) == 5 and len(calls) == 2  # kept once right

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from autograder import timing
+from autograder import batch, timing
 from autograder.backends.cpu import CpuBackend
+from autograder.grade import GradeOptions
 from autograder.isolation import Worker
 from autograder.launch import Plan
 from autograder.records import KernelSource
@@ -62,7 +65,40 @@ def test_the_grader_draws_a_timing_input_once_as_a_worker_would(tmp_path: Path) 
     written = path.stat().st_mtime_ns
     timing._PUBLISHED.clear()  # another grading process: the file is there, with the values it draws
     assert publish_input(SEED, SIZE, tmp_path) == published and path.stat().st_mtime_ns == written
-    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing half-written beside it
+    # Nothing half-written beside it: the file, its record, and the lock the grading processes take in turn.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".publishing", path.name, f"{path.stem}.sha256"]
+
+
+def test_the_grading_processes_of_a_machine_draw_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Eight grading processes (threads here: each takes the lock on a file of its own opening, as a process does)
+    # ask at once at the start of a class; one draws, the others wait for it and read its record.
+    drawn: list[int] = []
+
+    def counted(*args: object) -> np.ndarray:
+        drawn.append(1)
+        return draw(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(timing, "draw", counted)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: publish_input(SEED, SIZE, tmp_path), range(8)))
+    assert len(drawn) == 1 and len(set(answers)) == 1 and answers[0] is not None
+    timing._PUBLISHED.clear()
+    assert publish_input(SEED, SIZE, tmp_path) == answers[0] and len(drawn) == 1  # a later process reads it too
+
+
+def test_a_record_of_another_grader_or_of_a_file_written_since_is_drawn_again(tmp_path: Path) -> None:
+    path, values = publish_input(SEED, SIZE, tmp_path) or (None, "")
+    assert path is not None
+    record = path.with_suffix(".sha256")
+    written = path.stat().st_mtime_ns
+    record.write_text(f"{'0' * 64} autograder-0.0+another/numpy-1.0 {written}\n")  # another grader's
+    timing._PUBLISHED.clear()
+    assert publish_input(SEED, SIZE, tmp_path) == (path, values)
+    assert record.read_text().split()[0] == values == digest(np.load(path))
+    # The file written again since its record (by an older grader that writes no record, say): drawn again.
+    np.save(path, np.full(SIZE, 3e6, np.float32))
+    timing._PUBLISHED.clear()
+    assert publish_input(SEED, SIZE, tmp_path) == (path, values) and digest(np.load(path)) == values
 
 
 @pytest.mark.parametrize("planted", ["other values", "half-written", "another type"])
@@ -87,7 +123,9 @@ def test_a_file_that_is_not_what_the_grader_draws_is_never_read_as_the_input(
 
 def test_only_the_latest_inputs_are_kept(tmp_path: Path) -> None:
     published = [publish_input(seed, (1024,), tmp_path) for seed in range(timing.KEPT_INPUTS + 2)]
-    assert sorted(tmp_path.iterdir()) == sorted(p[0] for p in published[-timing.KEPT_INPUTS :] if p)
+    kept = [p[0] for p in published[-timing.KEPT_INPUTS :] if p]
+    assert sorted(tmp_path.glob("*.npy")) == sorted(kept)
+    assert sorted(tmp_path.glob("*.sha256")) == sorted(path.with_suffix(".sha256") for path in kept)
 
 
 def test_where_it_cannot_be_written_each_worker_draws_its_own(tmp_path: Path) -> None:
@@ -319,3 +357,24 @@ def test_every_change_of_the_timed_input_moves_its_result_past_any_earlier_one(s
     assert min(np.diff(results)) > tolerance  # so no earlier result is within the tolerance of a later one
     checker.restore()
     assert np.array_equal(data, original)
+
+
+def test_a_class_on_a_gpu_publishes_its_inputs_before_any_grading_process_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The class's host draws them while its processes start (autograder.batch); a grading process asking later
+    # reads the record, and draws nothing, at its first timing, when the first students all time at once.
+    monkeypatch.setenv("AUTOGRADER_CACHE_DIR", str(tmp_path))
+    options = GradeOptions(seed=SEED)
+    options = replace(options, rubric=replace(options.rubric, timing=SETTINGS))
+    with batch._timing_inputs_ahead(options, wanted=True):
+        pass  # the class's grading
+    timing._PUBLISHED.clear()  # a grading process of the class
+
+    def no_draw(*_: object) -> np.ndarray:
+        raise AssertionError("a grading process drew a timing input the class had published")
+
+    monkeypatch.setattr(timing, "draw", no_draw)
+    for size in (SETTINGS.n,), SETTINGS.max2d_shape:
+        published = publish_input(SEED, size)
+        assert published is not None and published[1] == digest(np.load(published[0]))

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from autograder import sanitizer
+from autograder import sanitizer, technique
 from autograder.errors import CompileError, KernelTimeout
 from autograder.isolation import Worker
 from autograder.pipeline.run import StudentRun
@@ -46,6 +46,9 @@ def building_ahead(run: StudentRun, stages: Sequence[tuple[Stage, KernelSource]]
             pool.submit(worker.start)
         for stage, source in stages:
             run.builder.start(stage, source, pool)
+            if technique.needs_ptx(stage):
+                technique.start_ptx(source, run.worker.sandbox, pool)
+        for stage, source in stages:  # after the GPU's: a process's first student waits here for its CPU worker
             if analysis:
                 run.checker_builder().start(stage, source, pool)
         yield

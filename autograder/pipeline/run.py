@@ -3,11 +3,13 @@ class memo, the student's GPU and its gate, and the grader's own failures met on
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autograder import calibration as calibrations
@@ -39,11 +41,18 @@ class StudentRun:
     # kernel perhaps run: such a process serves no later student (autograder.pipeline.student).
     failed_in: set[int] = field(default_factory=set)
     _calibration: calibrations.Calibration | None = None
+    _wait_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _waiters: int = 0  # the student's threads waiting at the gate now
+    _since: float = 0.0  # when `waited` was last brought up to date
     _checker_builder: Builder | None = None
 
     @classmethod
     def start(cls, options: GradeOptions, workers: StudentWorkers) -> StudentRun:
         main = workers.main
+        if not main.known and options.race_checks and options.backend != "cpu" and Path("/dev/nvidia0").exists():
+            # A process's first student: its builder waits for the main worker's start (on a GPU a CUDA context,
+            # seconds when a class starts) to learn the device; the CPU analysis's worker starts meanwhile.
+            workers.start_checker_ahead()
         return cls(
             options=options,
             workers=workers,
@@ -74,11 +83,27 @@ class StudentRun:
 
     @contextmanager
     def gate(self, exclusive: bool) -> Iterator[None]:
-        """This student's GPU, shared or alone (autograder.schedule.gpu_gate), the wait counted."""
-        started = time.perf_counter()
-        with gpu_gate(self.gpu, exclusive):
-            self.waited += time.perf_counter() - started
-            yield
+        """This student's GPU, shared or alone (autograder.schedule.gpu_gate), the wait counted: the time in which
+        any of the student's threads waited (the compute-sanitizer tools ask at once), so no phase's own time,
+        its time less the wait, comes out below zero."""
+        self._waiting(+1)
+        held = False
+        try:
+            with gpu_gate(self.gpu, exclusive):
+                held = True
+                self._waiting(-1)
+                yield
+        finally:
+            if not held:  # the gate failed before it was held
+                self._waiting(-1)
+
+    def _waiting(self, change: int) -> None:
+        with self._wait_lock:
+            now = time.perf_counter()
+            if self._waiters:
+                self.waited += now - self._since
+            self._waiters += change
+            self._since = now
 
     @contextmanager
     def shared_phase(self, phase: str, items: Sequence[StageWork]) -> Iterator[None]:
@@ -122,3 +147,4 @@ class StudentRun:
                 calibrations.write_calibration(found, calibrations.calibration_path(gpu, calibrations.USER_DIR))
             self._calibration = found
         return self._calibration
+
