@@ -37,7 +37,6 @@ import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -325,7 +324,7 @@ def _ptx_future(source: KernelSource, sandbox: Sandbox, pool: Executor | None) -
 
     def compile_it() -> None:
         try:
-            with cpu_slot() if pool is not None else nullcontext():  # ahead, it waits for a core as builds do
+            with cpu_slot():  # a compiler: it waits for a free core, as builds do
                 future.set_result(_compile_ptx(source.text, nvcc, sandbox))
         except BaseException as error:  # its caller gets it, as from a compile of its own; the next tries again
             with _PTX_LOCK:
