@@ -25,6 +25,7 @@ import nbformat
 import pytest
 from escapes import try_to_escape, try_to_reach
 
+from autograder import timing
 from autograder.backends.cpu.compiler import build_shared_objects, prepare_toolchain
 from autograder.batch import grade_class
 from autograder.errors import CompileError, KernelFault, KernelTimeout
@@ -36,6 +37,7 @@ from autograder.references import reference_source
 from autograder.sandbox import COMPILE_LIMITS, WORKER_LIMITS, Limits, Sandbox
 from autograder.sessions import SessionHost
 from autograder.stages import get_stage
+from autograder.timing import publish_input
 from autograder.verify import correctness_cases, make_input, run_case
 from autograder.wire import encode_reply
 
@@ -124,6 +126,36 @@ static int escaped = escapes();
     assert value == expected
     assert not (runtime.parent / "planted.so").exists()
     assert hashlib.sha256(runtime.read_bytes()).hexdigest() == before
+
+
+def test_kernel_code_cannot_plant_a_timing_input_for_later_students(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The published timing input is trusted by its record: a kernel that could rewrite both would hand every later
+    # student's timing values of its choosing (a sum it has learnt), and every grading process would believe them.
+    monkeypatch.setenv("AUTOGRADER_CACHE_DIR", str(tmp_path))  # the worker is bound this cache's inputs folder
+    published = publish_input(20261126, (4096,))
+    assert published is not None
+    path, digest = published
+    record = path.with_suffix(".sha256")
+    before = (path.read_bytes(), record.read_text())
+    prelude = f"""
+static int plants() {{
+    int found = 0;
+    if (open("{path}", O_WRONLY | O_TRUNC) >= 0) found += 10;
+    if (open("{record}", O_WRONLY | O_TRUNC) >= 0) found += 100;
+    if (open("{path.parent}/20261126-8192.sha256", O_WRONLY | O_CREAT, 0644) >= 0) found += 1000;
+    if (rename("{path}", "{path.parent}/moved.npy") == 0) found += 10000;
+    return found;
+}}
+static int planted = plants();
+"""
+    value, expected = run_in_sandbox(attack_kernel(prelude, "planted"))
+    assert value == expected  # every write failed
+    assert (path.read_bytes(), record.read_text()) == before
+    assert sorted(p.name for p in path.parent.iterdir()) == [".publishing", path.name, record.name]
+    timing._PUBLISHED.clear()  # the next grading process still finds the grader's own input
+    assert publish_input(20261126, (4096,)) == (path, digest)
 
 
 class _Pwn:
