@@ -147,4 +147,3 @@ class StudentRun:
                 calibrations.write_calibration(found, calibrations.calibration_path(gpu, calibrations.USER_DIR))
             self._calibration = found
         return self._calibration
-
