@@ -13,7 +13,8 @@ limits. What a hand-in can do is what this file allows:
 - **Outlive the grader**: no. It dies with its parent (`--die-with-parent`), and when the sandbox's first
   process dies the kernel ends every process in its PID namespace.
 - **Use**: at most `Limits` of CPU time, memory, file size and open files, set by util-linux's `prlimit`, the
-  first program of the process tree, which then starts bubblewrap (`_limited`).
+  first program of the process tree, which then starts bubblewrap (`_limited`); a compiler or tool runs at a
+  lower CPU priority than the workers (`_in_background`).
 
 A worker tightens this once it has started (`restrict_worker`): no new programs, no new processes, no sockets.
 
@@ -81,6 +82,11 @@ DENIED_SYSCALLS = (
 )
 # What a worker gives up once it is running: it runs kernels, it starts nothing.
 WORKER_DENIED_SYSCALLS = ("execve", "execveat", "fork", "vfork", "socketpair")
+# Set for every sandboxed program and every worker, sandboxed or not. A math library's thread pool (numpy's BLAS,
+# OpenMP) starts a thread a core at import, each spinning a while before it sleeps: 2.3 core-seconds a worker on
+# a 16-core GPU machine, the largest share of a class's CPU (README, "Large classes"), and a worker runs kernels,
+# not linear algebra. Dask sets the same in the grading processes; the sandbox's empty environment had lost it.
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class SandboxUnavailable(GraderError):
@@ -141,6 +147,8 @@ class Sandbox:
             # Only the package itself is bound of the folder that holds it (a checkout holds solutions/ too).
             "--setenv", "PYTHONPATH", str(PACKAGE_DIR.parent),
         ]
+        for name, value in ONE_THREAD.items():
+            args += ["--setenv", name, value]
         for path in (*SYSTEM_PATHS, *_python_paths(), *_tool_paths(), *map(str, readable)):
             args += _bind_args(path)
         if gpu:
@@ -173,7 +181,7 @@ class Sandbox:
         with self._filter() as seccomp_fd:
             command = self.command(argv, writable=workdir, readable=readable, seccomp_fd=seccomp_fd)
             process = subprocess.Popen(
-                _limited(command, limits),
+                _in_background(_limited(command, limits)),
                 cwd=workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -210,6 +218,7 @@ class Sandbox:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, **ONE_THREAD},  # the sandbox's own environment where it is on (`command`)
                 pass_fds=fds,
                 start_new_session=True,
             )
@@ -327,6 +336,17 @@ def _limited(command: list[str], limits: Limits) -> list[str]:
             "util-linux (Debian/Ubuntu: `apt-get install util-linux`)"
         )
     return [prlimit, *options, "--", *command]
+
+
+TOOL_NICENESS = 10
+
+
+def _in_background(command: list[str]) -> list[str]:
+    """`command` at a lower CPU priority (coreutils' nice), for the compilers and tools: on a machine full of
+    them, the processes that hold the GPU (a worker running a student's cases, a timing) get a core first, so
+    their hold of the GPU, which others wait for, is not stretched by compiles that can wait."""
+    nice = shutil.which("nice")
+    return [nice, "-n", str(TOOL_NICENESS), *command] if nice else command
 
 
 def _bind_args(path: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import threading
 import time
 from dataclasses import replace
@@ -18,7 +19,7 @@ from autograder.executors import StudentWorkers
 from autograder.grade import GradeOptions, grade_notebook
 from autograder.pipeline.run import StudentRun
 from autograder.records import PerfVerdict, Status, StudentResult, to_dict
-from autograder.sandbox import Sandbox
+from autograder.sandbox import TOOL_NICENESS, Sandbox
 from autograder.schedule import Placement, gpu_gate, place, run
 from autograder.verify import UNDEFINED_KINDS
 
@@ -185,6 +186,20 @@ def held(gpu: int, plan: list[tuple[str, bool, float, float]]) -> dict[tuple[str
     for thread in threads:
         thread.join()
     return events
+
+
+def test_compilers_and_tools_yield_the_cores_to_the_workers_that_hold_the_gpu(tmp_path: Path) -> None:
+    # On a machine full of compiles, a worker running a student's cases (holding the GPU, which the other
+    # grading processes wait for) gets a core first. README, "Large classes".
+    own = os.nice(0)
+    tool = Sandbox().run_tool(["nice"], tmp_path, timeout=30)
+    assert int(tool.stdout) == min(own + TOOL_NICENESS, 19), tool.stderr
+    log = tmp_path / "worker.log"
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        worker = Sandbox().start_worker(["nice"], log=log, channel=theirs, gpu=False)
+        assert worker.wait(timeout=30) == 0
+    assert int(log.read_text()) == own
 
 
 def test_a_timing_has_its_gpu_alone_and_is_not_starved_by_correctness_runs() -> None:

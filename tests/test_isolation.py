@@ -14,6 +14,7 @@ import pytest
 
 from autograder.errors import KernelFault, KernelTimeout
 from autograder.isolation import Worker
+from autograder.sandbox import Sandbox
 
 
 def backend_name(backend) -> str:
@@ -28,6 +29,12 @@ def sleep_forever(backend) -> None:
 def segfault(backend) -> None:
     print("about to crash", flush=True)
     os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def threads_and_environment(backend) -> tuple[int, tuple[str, ...]]:
+    """The worker's threads, and what it was told about the math libraries' thread pools."""
+    names = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    return len(os.listdir("/proc/self/task")), tuple(os.environ.get(name, "unset") for name in names)
 
 
 def chatter(backend) -> str:
@@ -116,3 +123,14 @@ def test_workers_leave_no_descriptor_open_in_the_grader() -> None:
     with Worker("cpu", readable=(Path(__file__).parent,)) as worker:
         assert worker.call(backend_name, timeout=60) == "cpu"
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+@pytest.mark.parametrize("sandboxed", [True, False])
+def test_a_worker_starts_no_thread_pool_of_a_math_library(sandboxed: bool) -> None:
+    # numpy's BLAS starts a thread a core at import, each spinning a while: 2.3 core-seconds a worker on a
+    # 16-core GPU machine, and a class starts a worker a student. The sandbox's empty environment had lost the
+    # setting that stops it (on this machine's cores: one thread more without it, wherever there are two).
+    with Worker("cpu", sandbox=Sandbox(sandboxed), readable=(TESTS,)) as worker:
+        count, settings = worker.call(threads_and_environment, timeout=60)
+    assert settings == ("1", "1", "1")
+    assert count == 1  # its own thread only: the CPU backend runs kernels on it
