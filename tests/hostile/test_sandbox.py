@@ -34,7 +34,7 @@ from autograder.isolation import Worker
 from autograder.notebook import kernel_cell
 from autograder.records import KernelSource, Status
 from autograder.references import reference_source
-from autograder.sandbox import COMPILE_LIMITS, WORKER_LIMITS, Limits, Sandbox
+from autograder.sandbox import COMPILE_LIMITS, TOOL_NICENESS, WORKER_LIMITS, Limits, Sandbox
 from autograder.sessions import SessionHost
 from autograder.stages import get_stage
 from autograder.timing import publish_input
@@ -254,6 +254,13 @@ def test_a_compiler_and_a_worker_run_under_their_limits(tmp_path: Path) -> None:
         worker = Sandbox().start_worker(["cat", "/proc/self/limits"], log=log, channel=theirs, gpu=False)
         assert worker.wait(timeout=30) == 0
     assert _hard_limits(log.read_text()).items() >= _expected(WORKER_LIMITS).items(), log.read_text()
+
+
+def test_a_compiler_cannot_take_back_the_priority_the_workers_have_over_it(tmp_path: Path) -> None:
+    # Compilers run niced so that the workers holding the GPU get a core first; a process in the sandbox has
+    # no right to raise its priority again (as root outside the sandbox, the same command does).
+    result = Sandbox().run_tool(["sh", "-c", "renice -n 0 -p $$; nice"], tmp_path, timeout=30)
+    assert int(result.stdout.split()[-1]) == min(os.nice(0) + TOOL_NICENESS, 19), result.stdout + result.stderr
 
 
 def test_a_tool_past_its_cpu_or_file_size_limit_is_stopped(tmp_path: Path) -> None:
