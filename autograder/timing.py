@@ -8,8 +8,9 @@ until every kernel's relative standard error is below the target, or a cap is re
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
-import hashlib
+import json
 import math
 import os
 import tempfile
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.lib.format as npy
 
 from autograder.backends.base import Backend
 from autograder.backends.gpu import cache_root
@@ -165,53 +167,76 @@ def input_folder() -> Path:
     return cache_root() / "timing-inputs"
 
 
-def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) -> tuple[Path, str] | None:
-    """The timing input of `seed` and `size` as a file, with the SHA-256 of its values, which its GPU workers then
-    read rather than draw (2 x 2^26 values: seconds of a core at each worker's start).
+@dataclass(frozen=True)
+class Published:
+    """A timing input the grader drew and wrote, as its record tells: the file, the file's identity when it was
+    written (inode, size in bytes, modification time in ns), and what a worker needs of its values (their sums,
+    and their maximum), computed once by the grader that drew them."""
+
+    path: Path
+    stamp: tuple[int, int, int]
+    sums: Sums
+    maximum: float
+
+
+def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) -> Published | None:
+    """The timing input of `seed` and `size` as a file, with a record of what it holds, which its GPU workers then
+    read rather than draw and sum (2 x 2^26 values: a second of a core for each, at each worker's start).
 
     Drawn once per machine and grader: the first grading process to ask draws it and writes the file and its
-    record (the digest, and the grader that drew it); the others wait for it and read the record, as a class's
-    host that asks at the start of the class (autograder.batch) lets them. A file with no record of this grader
-    (another version's draw, or one left half-written) is drawn and written again. A worker checks the values
-    against the digest before it uses them, and draws its own where they differ. None where the file cannot be
-    written: each worker then draws its own."""
+    record (the file's stamp, its sums and maximum, and the grader that drew it); the others wait for it and
+    read the record, as a class's host that asks at the start of the class (autograder.batch) lets them. A file
+    with no record of this grader, or written since its record (another version's draw), is drawn and written
+    again. A worker maps the file only while it is still the one recorded (its stamp), and draws its own where
+    it is not. None where the file cannot be written: each worker then draws its own."""
     folder = folder or input_folder()
     key = (seed, size, folder)
     if key not in _PUBLISHED:
         path = folder / f"{seed}-{'x'.join(map(str, size))}.npy"
-        record = path.with_suffix(".sha256")
+        record = path.with_suffix(".json")
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with open(folder / ".publishing", "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # one process draws; the others wait, then read its record
-                digest = _recorded(path, record)
-                if digest is None:
+                published = _recorded(path, record)
+                if published is None:
                     data = draw("random", math.prod(size), seed)
-                    digest = hashlib.sha256(data).hexdigest()
-                    if _published(path, digest, size) is None:
-                        _write(path, lambda part: np.save(part, data, allow_pickle=False))
-                    written = f"{digest} {_drawn_by()} {path.stat().st_mtime_ns}\n"
-                    _write(record, lambda part: part.write_text(written))
+                    _write(path, lambda part: np.save(part, data, allow_pickle=False))
+                    published = Published(path, _stamp(path.stat()), Sums.of(data), float(data.max()))
+                    text = json.dumps({"drawn_by": _drawn_by(), "stamp": published.stamp,
+                                       "sums": dataclasses.asdict(published.sums), "maximum": published.maximum})
+                    _write(record, lambda part: part.write_text(text))
                 with suppress(OSError):  # another grader may be removing the same files
                     by_age = sorted(folder.glob("*.npy"), key=lambda p: p.stat().st_mtime, reverse=True)
                     for old in by_age[KEPT_INPUTS:]:
-                        old.with_suffix(".sha256").unlink(missing_ok=True)
+                        old.with_suffix(".json").unlink(missing_ok=True)
                         old.unlink(missing_ok=True)  # a worker that has it open keeps reading it
-            _PUBLISHED[key] = path, digest
+            _PUBLISHED[key] = published
         except OSError:
             _PUBLISHED[key] = None
     return _PUBLISHED[key]
 
 
-def _recorded(path: Path, record: Path) -> str | None:
-    """The digest a grader of this version recorded for the input at `path`, where the file is still the one it
-    recorded (written since, by a grader of another version say, it is drawn again)."""
+def _recorded(path: Path, record: Path) -> Published | None:
+    """The input at `path` as a grader of this version recorded it, where the file is still the one it recorded
+    (written since, by a grader of another version say, it is drawn again)."""
     try:
-        digest, drawn_by, written = record.read_text().split()
-        unchanged = path.stat().st_mtime_ns == int(written)
-    except (OSError, ValueError):
+        fields = json.loads(record.read_text())
+        if fields["drawn_by"] != _drawn_by():
+            return None
+        inode, size_bytes, modified = (int(value) for value in fields["stamp"])
+        sums = fields["sums"]
+        counted = Sums(float(sums["exact"]), float(sums["magnitude"]), bool(sums["integral"]), int(sums["count"]))
+        published = Published(path, (inode, size_bytes, modified), counted, float(fields["maximum"]))
+        return published if _stamp(path.stat()) == published.stamp else None
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    return digest if drawn_by == _drawn_by() and unchanged else None
+
+
+def _stamp(status: os.stat_result) -> tuple[int, int, int]:
+    """What tells a file from another written in its place: a replaced file has another inode or another
+    modification time (to the nanosecond), and only the grader's own user can write this folder."""
+    return status.st_ino, status.st_size, status.st_mtime_ns
 
 
 def _drawn_by() -> str:
@@ -228,7 +253,7 @@ def _write(path: Path, write: Callable[[Path], object]) -> None:
         os.replace(part, path)
 
 
-_PUBLISHED: dict[tuple[int, tuple[int, ...], Path], tuple[Path, str] | None] = {}  # by this grading process
+_PUBLISHED: dict[tuple[int, tuple[int, ...], Path], Published | None] = {}  # by this grading process
 
 
 def prepare_timing(
@@ -236,7 +261,7 @@ def prepare_timing(
     stage_ids: tuple[str, ...],
     settings: TimingSettings,
     seed: int,
-    published: tuple[Path, str] | None = None,
+    published: Published | None = None,
 ) -> None:
     """Read the timing inputs of these stages (`published` where the grader drew them, else drawn here) and their
     expected results now, in the worker, before the grader takes the GPU alone for the timing: host work that
@@ -247,14 +272,17 @@ def prepare_timing(
 
 
 def _timing_input(
-    seed: int, size: tuple[int, ...], stage: Stage, published: tuple[Path, str] | None = None
+    seed: int, size: tuple[int, ...], stage: Stage, published: Published | None = None
 ) -> tuple[np.ndarray, float, float]:
     """The input of `size` drawn from `seed`, and its expected result and tolerance for `stage`."""
     if (seed, size) not in _INPUTS:
-        data = _published(*published, size) if published else None
-        if data is None:
+        data = _published(published, size) if published else None
+        if data is not None and published is not None:
+            expected: Sums | float = published.sums if stage.shape is Shape.SUM_1D else published.maximum
+        else:
             data = draw("random", math.prod(size), seed)
-        _INPUTS[seed, size] = data, Sums.of(data) if stage.shape is Shape.SUM_1D else float(data.max())
+            expected = Sums.of(data) if stage.shape is Shape.SUM_1D else float(data.max())
+        _INPUTS[seed, size] = data, expected
     data, sums = _INPUTS[seed, size]
     if isinstance(sums, float):
         return data, sums, 0.0  # a max is exact in any order
@@ -262,17 +290,26 @@ def _timing_input(
     return data, sums.exact, sums.tolerance(stage)
 
 
-def _published(path: Path, digest: str, size: tuple[int, ...]) -> np.ndarray | None:
-    """The published input at `path`, mapped copy-on-write (the checker changes values of its own copy), or None
-    where it is not the one the grader drew (its SHA-256) or not of `size`. Its expected result is computed here
-    from what was read."""
+_HEADERS = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+
+
+def _published(published: Published, size: tuple[int, ...]) -> np.ndarray | None:
+    """The published input, mapped copy-on-write (the checker changes values of its own copy), or None where the
+    file is no longer the one its record tells of (its stamp), or not `size` float32 values. The file is checked
+    and mapped through one descriptor, so the file mapped is the file checked."""
     try:
-        data = np.load(path, mmap_mode="c", allow_pickle=False)
+        with open(published.path, "rb") as file:
+            if _stamp(os.fstat(file.fileno())) != published.stamp:
+                return None
+            read_header = _HEADERS.get(npy.read_magic(file))
+            if read_header is None:
+                return None
+            shape, fortran_order, dtype = read_header(file)
+            if dtype != np.float32 or fortran_order or shape != (math.prod(size),):
+                return None
+            return np.memmap(file, dtype=np.float32, mode="c", shape=shape, offset=file.tell())
     except (OSError, ValueError):
         return None
-    if data.dtype != np.float32 or data.shape != (math.prod(size),):
-        return None
-    return data if hashlib.sha256(data).hexdigest() == digest else None
 
 
 class _Checker:

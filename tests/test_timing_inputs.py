@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import replace
@@ -29,7 +30,7 @@ from autograder.timing import (
     ready_timing,
     time_interleaved,
 )
-from autograder.verify import draw, forget
+from autograder.verify import Sums, draw, forget
 
 SEED = 20261125
 SETTINGS = TimingSettings(n=1 << 16, max2d_shape=(64, 64), warmup=1, min_repetitions=3, max_repetitions=5)
@@ -60,13 +61,16 @@ def digest(values: np.ndarray) -> str:
 def test_the_grader_draws_a_timing_input_once_as_a_worker_would(tmp_path: Path) -> None:
     published = publish_input(SEED, SIZE, tmp_path)
     assert published is not None
-    path, values = published
-    assert np.array_equal(np.load(path), draw("random", SIZE[0], SEED)) and values == digest(np.load(path))
+    path = published.path
+    drawn = draw("random", SIZE[0], SEED)
+    assert np.array_equal(np.load(path), drawn)
+    # Its record tells a worker what it would compute of the values itself.
+    assert published.sums == Sums.of(drawn) and published.maximum == float(drawn.max())
     written = path.stat().st_mtime_ns
     timing._PUBLISHED.clear()  # another grading process: the file is there, with the values it draws
     assert publish_input(SEED, SIZE, tmp_path) == published and path.stat().st_mtime_ns == written
     # Nothing half-written beside it: the file, its record, and the lock the grading processes take in turn.
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".publishing", path.name, f"{path.stem}.sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".publishing", f"{path.stem}.json", path.name]
 
 
 def test_the_grading_processes_of_a_machine_draw_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,46 +90,63 @@ def test_the_grading_processes_of_a_machine_draw_it_once(tmp_path: Path, monkeyp
     assert publish_input(SEED, SIZE, tmp_path) == answers[0] and len(drawn) == 1  # a later process reads it too
 
 
-def test_a_record_of_another_grader_or_of_a_file_written_since_is_drawn_again(tmp_path: Path) -> None:
-    path, values = publish_input(SEED, SIZE, tmp_path) or (None, "")
-    assert path is not None
-    record = path.with_suffix(".sha256")
-    written = path.stat().st_mtime_ns
-    record.write_text(f"{'0' * 64} autograder-0.0+another/numpy-1.0 {written}\n")  # another grader's
+@pytest.mark.parametrize("change", ["another grader", "the file written since", "a damaged record"])
+def test_a_record_of_another_grader_or_of_a_file_written_since_is_drawn_again(change: str, tmp_path: Path) -> None:
+    published = publish_input(SEED, SIZE, tmp_path)
+    assert published is not None
+    path, record = published.path, published.path.with_suffix(".json")
+    fields = json.loads(record.read_text())
+    if change == "another grader":
+        record.write_text(json.dumps({**fields, "drawn_by": "autograder-0.0+another/numpy-1.0"}))
+    elif change == "the file written since":
+        timing._write(path, lambda part: np.save(part, np.full(SIZE, 3e6, np.float32)))  # another grader's
+    else:
+        record.write_text(record.read_text()[:40])
     timing._PUBLISHED.clear()
-    assert publish_input(SEED, SIZE, tmp_path) == (path, values)
-    assert record.read_text().split()[0] == values == digest(np.load(path))
-    # The file written again since its record (by an older grader that writes no record, say): drawn again.
-    np.save(path, np.full(SIZE, 3e6, np.float32))
-    timing._PUBLISHED.clear()
-    assert publish_input(SEED, SIZE, tmp_path) == (path, values) and digest(np.load(path)) == values
+    again = publish_input(SEED, SIZE, tmp_path)
+    assert again is not None and again.sums == published.sums and again.stamp == timing._stamp(path.stat())
+    assert np.array_equal(np.load(path), draw("random", SIZE[0], SEED))
+    assert json.loads(record.read_text())["stamp"] == list(again.stamp)
 
 
-@pytest.mark.parametrize("planted", ["other values", "half-written", "another type"])
-def test_a_file_that_is_not_what_the_grader_draws_is_never_read_as_the_input(
+def test_a_file_written_after_its_record_is_never_read_as_the_input(tmp_path: Path, cache_dir: Path) -> None:
+    # A worker is handed the grader's record; the file at its path is then another (another grader's draw, say,
+    # of the same size and type). The worker draws its own, and computes its own sums.
+    published = publish_input(SEED, SIZE, tmp_path)
+    assert published is not None
+    timing._write(published.path, lambda part: np.save(part, np.full(SIZE, 3e6, np.float32)))
+    prepare_timing(CpuBackend(cache_dir=cache_dir), ("naive",), SETTINGS, SEED, published)
+    drawn = draw("random", SIZE[0], SEED)
+    assert kept_input(None, SEED, SIZE) == (False, digest(drawn))
+    assert timing._INPUTS[SEED, SIZE][1] == Sums.of(drawn)
+
+
+@pytest.mark.parametrize("planted", ["half-written", "another type", "Fortran order", "another format"])
+def test_a_file_that_is_not_an_input_of_its_size_is_never_read_as_the_input(
     planted: str, tmp_path: Path, cache_dir: Path
 ) -> None:
+    # Even with a record that names it as it is, a file that is not the input's float32 values is not mapped.
     path = tmp_path / f"{SEED}-{SIZE[0]}.npy"
-    values = {"other values": np.full(SIZE, 3e6, np.float32), "another type": np.zeros(SIZE, np.float64)}
-    if planted in values:
-        np.save(path, values[planted])
-    else:
-        np.save(path, draw("random", SIZE[0], SEED))
+    drawn = draw("random", SIZE[0], SEED)
+    if planted == "half-written":
+        np.save(path, drawn)
         path.write_bytes(path.read_bytes()[:1000])
-    # A worker handed it with the grader's digest draws its own instead.
-    drawn = digest(draw("random", SIZE[0], SEED))
-    prepare_timing(CpuBackend(cache_dir=cache_dir), ("naive",), SETTINGS, SEED, (path, drawn))
-    assert kept_input(None, SEED, SIZE) == (False, drawn)
-    # The grader writes it again.
-    published = publish_input(SEED, SIZE, tmp_path)
-    assert published is not None and np.array_equal(np.load(published[0]), draw("random", SIZE[0], SEED))
+    elif planted == "another type":
+        np.save(path, drawn.astype(np.float64))
+    elif planted == "Fortran order":
+        np.save(path, np.asfortranarray(drawn.reshape(256, 256)))
+    else:
+        path.write_bytes(b"not an .npy file at all" * 100)
+    named = timing.Published(path, timing._stamp(path.stat()), Sums.of(drawn), float(drawn.max()))
+    prepare_timing(CpuBackend(cache_dir=cache_dir), ("naive",), SETTINGS, SEED, named)
+    assert kept_input(None, SEED, SIZE) == (False, digest(drawn))
 
 
 def test_only_the_latest_inputs_are_kept(tmp_path: Path) -> None:
     published = [publish_input(seed, (1024,), tmp_path) for seed in range(timing.KEPT_INPUTS + 2)]
-    kept = [p[0] for p in published[-timing.KEPT_INPUTS :] if p]
+    kept = [p.path for p in published[-timing.KEPT_INPUTS :] if p]
     assert sorted(tmp_path.glob("*.npy")) == sorted(kept)
-    assert sorted(tmp_path.glob("*.sha256")) == sorted(path.with_suffix(".sha256") for path in kept)
+    assert sorted(tmp_path.glob("*.json")) == sorted(path.with_suffix(".json") for path in kept)
 
 
 def test_where_it_cannot_be_written_each_worker_draws_its_own(tmp_path: Path) -> None:
@@ -142,11 +163,11 @@ def test_timing_reads_the_published_input_and_changes_only_its_own_copy(tmp_path
     )
     prepare_timing(backend, ("naive", "shuffle"), SETTINGS, SEED, published)
     mapped, _ = kept_input(backend, SEED, SIZE)
-    assert mapped
+    assert mapped and timing._INPUTS[SEED, SIZE][1] == Sums.of(draw("random", SIZE[0], SEED))
     # Every call changes a value of the input and checks the result against it.
     measured = time_interleaved(backend, kernels, SETTINGS, SEED)
     assert [t.repetitions >= 3 for t in measured] == [True, True]
-    assert np.array_equal(np.load(published[0]), draw("random", SIZE[0], SEED))
+    assert np.array_equal(np.load(published.path), draw("random", SIZE[0], SEED))
 
 
 def test_a_published_file_of_another_size_is_not_taken(tmp_path: Path, cache_dir: Path) -> None:
@@ -159,7 +180,7 @@ def test_a_published_file_of_another_size_is_not_taken(tmp_path: Path, cache_dir
 def test_a_sandboxed_worker_reads_the_published_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOGRADER_CACHE_DIR", str(tmp_path))  # the worker is bound the folder of this cache
     published = publish_input(SEED, SIZE)
-    assert published is not None and published[0].parent == timing.input_folder()
+    assert published is not None and published.path.parent == timing.input_folder()
     with Worker("auto", readable=(TESTS,)) as worker:  # on a machine without a GPU, the CPU backend
         worker.call(prepare_timing, ("naive",), SETTINGS, SEED, published, timeout=60)
         mapped, values = worker.call(kept_input, SEED, SIZE, timeout=60)
@@ -377,4 +398,4 @@ def test_a_class_on_a_gpu_publishes_its_inputs_before_any_grading_process_asks(
     monkeypatch.setattr(timing, "draw", no_draw)
     for size in (SETTINGS.n,), SETTINGS.max2d_shape:
         published = publish_input(SEED, size)
-        assert published is not None and published[1] == digest(np.load(published[0]))
+        assert published is not None and published.sums == Sums.of(np.load(published.path))

@@ -51,7 +51,8 @@ def attack_kernel(prelude: str, output_expression: str = "0") -> str:
     output that adds `output_expression` (a global the attack set) to each block's partial sum."""
     store = "g_out[blockIdx.x] = sdata[0];"
     kernel = REFERENCE.replace(store, f"g_out[blockIdx.x] = sdata[0] + ({output_expression});")
-    return f"#include <cstdio>\n#include <cstdlib>\n#include <unistd.h>\n#include <fcntl.h>\n{prelude}\n{kernel}"
+    headers = "".join(f"#include <{name}>\n" for name in ("cstdio", "cstdlib", "unistd.h", "fcntl.h", "sys/time.h"))
+    return f"{headers}{prelude}\n{kernel}"
 
 
 def run_in_sandbox(text: str) -> tuple[float, float]:
@@ -136,26 +137,27 @@ def test_kernel_code_cannot_plant_a_timing_input_for_later_students(
     monkeypatch.setenv("AUTOGRADER_CACHE_DIR", str(tmp_path))  # the worker is bound this cache's inputs folder
     published = publish_input(20261126, (4096,))
     assert published is not None
-    path, digest = published
-    record = path.with_suffix(".sha256")
-    before = (path.read_bytes(), record.read_text())
+    path = published.path
+    record = path.with_suffix(".json")
+    before = (path.read_bytes(), record.read_text(), path.stat().st_mtime_ns)
     prelude = f"""
 static int plants() {{
     int found = 0;
     if (open("{path}", O_WRONLY | O_TRUNC) >= 0) found += 10;
     if (open("{record}", O_WRONLY | O_TRUNC) >= 0) found += 100;
-    if (open("{path.parent}/20261126-8192.sha256", O_WRONLY | O_CREAT, 0644) >= 0) found += 1000;
+    if (open("{path.parent}/20261126-8192.json", O_WRONLY | O_CREAT, 0644) >= 0) found += 1000;
     if (rename("{path}", "{path.parent}/moved.npy") == 0) found += 10000;
+    if (utimes("{path}", 0) == 0) found += 100000;  /* its stamp, which a worker trusts it by */
     return found;
 }}
 static int planted = plants();
 """
     value, expected = run_in_sandbox(attack_kernel(prelude, "planted"))
     assert value == expected  # every write failed
-    assert (path.read_bytes(), record.read_text()) == before
-    assert sorted(p.name for p in path.parent.iterdir()) == [".publishing", path.name, record.name]
+    assert (path.read_bytes(), record.read_text(), path.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in path.parent.iterdir()) == [".publishing", record.name, path.name]
     timing._PUBLISHED.clear()  # the next grading process still finds the grader's own input
-    assert publish_input(20261126, (4096,)) == (path, digest)
+    assert publish_input(20261126, (4096,)) == published
 
 
 class _Pwn:
