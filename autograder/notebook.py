@@ -22,15 +22,22 @@ import errno
 import json
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import nbformat
-import nbformat.reader
 
 from autograder.errors import NotebookError
 from autograder.records import KernelSource, SourceLocation
 from autograder.stages import STAGE_IDS, get_stage
+
+# nbformat imports jsonschema, which builds the grammar of rfc3987_syntax as it imports it wherever that optional
+# package is installed (nbgrader's dependencies bring it): a second of a core in every grading process and
+# command, for the "iri" string formats, which no notebook schema uses. Without it, jsonschema leaves those
+# formats unchecked.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+
+import nbformat  # noqa: E402 (after the line above)
+import nbformat.reader  # noqa: E402
 
 NBGRADER_SCHEMA_VERSION = 3
 MAX_NOTEBOOK_BYTES = 32 << 20  # a notebook with its outputs cleared is a few hundred KiB

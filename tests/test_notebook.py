@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -93,3 +95,16 @@ def test_a_notebook_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None
     notebook = nbformat.v4.new_notebook(cells=[kernel_cell("naive", "x")])
     path.write_bytes(b"\xef\xbb\xbf" + nbformat.writes(notebook).encode())
     assert stage_cells(path)["naive"].attempted
+
+
+def test_grading_builds_no_grammar_that_no_notebook_schema_uses() -> None:
+    # jsonschema, under nbformat, builds rfc3987_syntax's grammar at import where that package is installed: a
+    # second of a core in every grading process, for string formats no notebook schema has. Notebooks are still
+    # read and validated.
+    code = (
+        "import sys, autograder.batch, nbformat\n"
+        "nbformat.validate(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('x = 1')]))\n"
+        "print(sys.modules.get('rfc3987_syntax'))\n"
+    )
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "None"
