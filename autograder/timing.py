@@ -8,7 +8,6 @@ until every kernel's relative standard error is below the target, or a cap is re
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import math
@@ -28,7 +27,7 @@ from autograder.backends.gpu import cache_root
 from autograder.errors import GraderError
 from autograder.launch import Plan
 from autograder.memo import grader_version
-from autograder.records import Build, KernelSource, Timing
+from autograder.records import Build, KernelSource, Timing, from_dict, to_dict
 from autograder.stages import Shape, Stage, get_stage
 from autograder.verify import Sums, compiled, draw, keep, take
 
@@ -204,7 +203,7 @@ def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) 
                     _write(path, lambda part: np.save(part, data, allow_pickle=False))
                     published = Published(path, _stamp(path.stat()), Sums.of(data), float(data.max()))
                     text = json.dumps({"drawn_by": _drawn_by(), "stamp": published.stamp,
-                                       "sums": dataclasses.asdict(published.sums), "maximum": published.maximum})
+                                       "sums": to_dict(published.sums), "maximum": published.maximum})
                     _write(record, lambda part: part.write_text(text))
                 with suppress(OSError):  # another grader may be removing the same files
                     by_age = sorted(folder.glob("*.npy"), key=lambda p: p.stat().st_mtime, reverse=True)
@@ -225,9 +224,8 @@ def _recorded(path: Path, record: Path) -> Published | None:
         if fields["drawn_by"] != _drawn_by():
             return None
         inode, size_bytes, modified = (int(value) for value in fields["stamp"])
-        sums = fields["sums"]
-        counted = Sums(float(sums["exact"]), float(sums["magnitude"]), bool(sums["integral"]), int(sums["count"]))
-        published = Published(path, (inode, size_bytes, modified), counted, float(fields["maximum"]))
+        sums = from_dict(Sums, fields["sums"])
+        published = Published(path, (inode, size_bytes, modified), sums, float(fields["maximum"]))
         return published if _stamp(path.stat()) == published.stamp else None
     except (OSError, ValueError, TypeError, KeyError):
         return None
@@ -276,13 +274,11 @@ def _timing_input(
 ) -> tuple[np.ndarray, float, float]:
     """The input of `size` drawn from `seed`, and its expected result and tolerance for `stage`."""
     if (seed, size) not in _INPUTS:
-        data = _published(published, size) if published else None
-        if data is not None and published is not None:
-            expected: Sums | float = published.sums if stage.shape is Shape.SUM_1D else published.maximum
-        else:
+        found = _published(published, size, stage.shape) if published else None
+        if found is None:
             data = draw("random", math.prod(size), seed)
-            expected = Sums.of(data) if stage.shape is Shape.SUM_1D else float(data.max())
-        _INPUTS[seed, size] = data, expected
+            found = data, Sums.of(data) if stage.shape is Shape.SUM_1D else float(data.max())
+        _INPUTS[seed, size] = found
     data, sums = _INPUTS[seed, size]
     if isinstance(sums, float):
         return data, sums, 0.0  # a max is exact in any order
@@ -293,10 +289,11 @@ def _timing_input(
 _HEADERS = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
 
 
-def _published(published: Published, size: tuple[int, ...]) -> np.ndarray | None:
-    """The published input, mapped copy-on-write (the checker changes values of its own copy), or None where the
-    file is no longer the one its record tells of (its stamp), or not `size` float32 values. The file is checked
-    and mapped through one descriptor, so the file mapped is the file checked."""
+def _published(published: Published, size: tuple[int, ...], shape: Shape) -> tuple[np.ndarray, Sums | float] | None:
+    """The published input, mapped copy-on-write (the checker changes values of its own copy), with its recorded
+    sums (its maximum, for a 2-D max); None where the file is no longer the one its record tells of (its stamp),
+    or not `size` float32 values. The file is checked and mapped through one descriptor, so the file mapped is
+    the file checked."""
     try:
         with open(published.path, "rb") as file:
             if _stamp(os.fstat(file.fileno())) != published.stamp:
@@ -304,10 +301,11 @@ def _published(published: Published, size: tuple[int, ...]) -> np.ndarray | None
             read_header = _HEADERS.get(npy.read_magic(file))
             if read_header is None:
                 return None
-            shape, fortran_order, dtype = read_header(file)
-            if dtype != np.float32 or fortran_order or shape != (math.prod(size),):
+            found, fortran_order, dtype = read_header(file)
+            if dtype != np.float32 or fortran_order or found != (math.prod(size),):
                 return None
-            return np.memmap(file, dtype=np.float32, mode="c", shape=shape, offset=file.tell())
+            data = np.memmap(file, dtype=np.float32, mode="c", shape=found, offset=file.tell())
+            return data, published.sums if shape is Shape.SUM_1D else published.maximum
     except (OSError, ValueError):
         return None
 
