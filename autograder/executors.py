@@ -45,17 +45,16 @@ What a kernel can reach in a kept worker, and why no later student's verdict can
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
-from autograder.build import Builder
+from autograder.build import reference_build
 from autograder.errors import GraderError
 from autograder.isolation import Worker, worker_kind
-from autograder.records import Build, DeviceInfo
-from autograder.references import reference_source, references_available
+from autograder.records import DeviceInfo
+from autograder.references import references_available
 from autograder.sandbox import Sandbox
 from autograder.schedule import gpu_gate
 from autograder.sessions import Address, RemoteSession
@@ -197,7 +196,7 @@ def _ready(worker: Worker, canary: bool, gpu: int) -> bool:
     try:
         worker.call(forget, timeout=RESET_SECONDS)
         if canary:
-            build = _canary_build(worker.device, worker.sandbox)
+            build = reference_build(worker.device, worker.sandbox, CANARY_STAGE)
             stage = get_stage(CANARY_STAGE)
             with gpu_gate(gpu, exclusive=False):
                 value, findings = worker.call(run_case, build, CANARY_CASE, 256, timeout=RESET_SECONDS)
@@ -208,11 +207,6 @@ def _ready(worker: Worker, canary: bool, gpu: int) -> bool:
         return False
     worker.clear_log()
     return True
-
-
-@functools.cache
-def _canary_build(device: DeviceInfo, sandbox: Sandbox) -> Build:
-    return Builder(device, sandbox).build(get_stage(CANARY_STAGE), reference_source(CANARY_STAGE))
 
 
 def close_kept() -> None:

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 import dask
 import pytest
 
+from autograder import schedule
 from autograder.batch import ClassOptions, grade_class
+from autograder.build import Builder, reference_build
 from autograder.executors import StudentWorkers
 from autograder.grade import GradeOptions, grade_notebook
+from autograder.isolation import Worker
 from autograder.pipeline.run import StudentRun
 from autograder.records import PerfVerdict, Status, StudentResult, to_dict
+from autograder.references import reference_source
 from autograder.sandbox import TOOL_NICENESS, Sandbox
 from autograder.schedule import Placement, gpu_gate, place, run
+from autograder.stages import get_stage
 from autograder.verify import UNDEFINED_KINDS
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "submissions"
@@ -200,6 +207,27 @@ def test_compilers_and_tools_yield_the_cores_to_the_workers_that_hold_the_gpu(tm
         worker = Sandbox().start_worker(["nice"], log=log, channel=theirs, gpu=False)
         assert worker.wait(timeout=30) == 0
     assert int(log.read_text()) == own
+
+
+def test_a_process_builds_each_reference_once_and_its_later_students_wait_for_no_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every student's timing compares with the reference kernels: a process builds each once, and a later
+    student takes it even while every core of the machine is compiling, when a student's own compile waits for
+    a core (its Builder used to find the references in the cache only after waiting for one)."""
+    monkeypatch.setattr(schedule, "LOCK_DIR", tmp_path)
+    monkeypatch.setattr(schedule, "CPU_SLOTS", 2)
+    with Worker("cpu") as worker, ThreadPoolExecutor(2) as pool:
+        first = reference_build(worker.device, worker.sandbox, "naive")
+        stage, source = get_stage("naive"), reference_source("naive")
+        own = replace(source, text=f"{source.text}// {secrets.token_hex(8)}: a source no cache holds\n")
+        with schedule.cpu_slot(), schedule.cpu_slot():  # every core taken
+            compiling = pool.submit(Builder(worker.device, worker.sandbox).build, stage, own)
+            later = pool.submit(reference_build, worker.device, worker.sandbox, "naive")
+            assert later.result(timeout=20) is first
+            time.sleep(1.0)
+            assert not compiling.done()
+        assert compiling.result(timeout=60).source == own
 
 
 def test_a_timing_has_its_gpu_alone_and_is_not_starved_by_correctness_runs() -> None:

@@ -9,12 +9,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from autograder.build import reference_build
 from autograder.errors import KernelFault, KernelTimeout
 from autograder.pipeline.run import StudentRun
 from autograder.pipeline.sanitize import writes_astray
 from autograder.pipeline.work import StageWork
 from autograder.records import KernelSource, Performance, PerfVerdict, StageResult, Status, Timing
-from autograder.references import reference_source
 from autograder.rubric import judge_speed
 from autograder.stages import Shape, Stage, get_stage
 from autograder.timing import (
@@ -137,12 +137,14 @@ def _group(
             own = own_baseline(stage, sources, results)
             baseline = f"your {previous.id}" if own is not None else f"reference {previous.id}"
             if baseline not in group.kernels:
-                build = built.get(previous.id) if own is not None else None
-                build = build or run.builder.build(previous, own or reference_source(previous.id))
+                if own is not None:
+                    build = built.get(previous.id) or run.builder.build(previous, own)
+                else:
+                    build = reference_build(run.builder.device, run.builder.sandbox, previous.id)
                 group.kernels[baseline] = TimedKernel(baseline, previous.id, build)
         reference = f"reference {stage.id}"
         if reference not in group.kernels:
-            build = run.builder.build(stage, reference_source(stage.id))
+            build = reference_build(run.builder.device, run.builder.sandbox, stage.id)
             group.kernels[reference] = TimedKernel(reference, stage.id, build)
         group.compared[stage.id] = (yours, baseline, reference)
     return group
