@@ -84,9 +84,8 @@ def sanitize(
     block_size: int,
     gate: Callable[[], AbstractContextManager[None]],
 ) -> dict[str, Sanitized]:
-    """Run each tool over every stage's build (stage id -> GPU build), each run inside `gate()` (in a session of
-    the class's, the host holds the gate for the run): the GPU shared as correctness runs share it (never while
-    it times). Never raises for what a kernel does.
+    """Run each tool over every stage's build (stage id -> GPU build), each run inside `gate()`: the GPU shared
+    as correctness runs share it (never while it times). Never raises for what a kernel does.
 
     Each kernel runs in the session `session(tool, launcher, how)` gives, `how` being one of SHARING:
     - "shared": a session that other students' kernels use too (autograder.executors; on a local cluster one a
@@ -128,7 +127,7 @@ def sanitize(
             if isinstance(where, Worker):
                 failed, lines = run_in(where, build, case, block_size, gate)
             else:  # a session of the class's, in the process that runs it (autograder.sessions)
-                failed, lines = where.run(build, case, block_size)  # the host holds the gate for the run
+                failed, lines = where.run(build, case, block_size, gate)
             seen = parse_report(tool, lines, {stage_id: build}).get(stage_id, [])
             note = f"compute-sanitizer {tool} could not finish on this kernel ({failed[:160]})" if failed else None
             seen_by_stage[stage_id] = seen, None if seen else note

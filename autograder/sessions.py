@@ -14,15 +14,13 @@ the first students compile, and runs the kernels of every grading process in the
   `sanitizer._sharing`); a grading process keeps sessions of its own for the rest.
 - One run at a time in a session. The answer is why the run could not finish (None where it did) and the tool's
   report lines written during that run alone, which the asker reads as data (`sanitizer.parse_report`), as from
-  a session of its own. The host holds the GPU's gate (shared, autograder.schedule.gpu_gate) for the run, from
-  its turn to its end: an asker waiting its turn holds nothing, so a timing that comes waits for the runs going,
-  not for every run queued in the sessions (it did when each asker held the gate from its question).
+  a session of its own. The asker holds its GPU's gate (shared) while its run goes.
 - After every run the session forgets the kernel (`verify.forget`: modules unloaded, buffers freed) and empties
   its output; after MAX_RUNS runs it is replaced. A kernel that memcheck stops ends the session's process,
   which is started again at once, outside any asker's hold of the GPU. A session that cannot start answers each
   run with why, as a session of the asker's own would; one whose start hung is tried again only after
   RETRY_SECONDS, not by every run of every asker in turn, each waiting isolation.STARTUP_SECONDS again.
-  The kernel of an asker that has gone (its process lost) is not run: nobody waits for its answer.
+  The kernel of an asker that has gone (its process lost) is not run: nobody holds the GPU's gate for it.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext, suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass
 from multiprocessing.connection import AuthenticationError, Client, Connection, Listener
 from typing import Any
@@ -44,7 +42,6 @@ from autograder.errors import GraderError, KernelTimeout
 from autograder.isolation import Worker
 from autograder.records import Build
 from autograder.sanitizer import run_in
-from autograder.schedule import gpu_gate
 from autograder.verify import Case, forget
 
 MAX_RUNS = 700  # runs a session serves before it is replaced (a kept worker's hundred students, seven stages each)
@@ -75,9 +72,7 @@ class SessionHost:
         except OSError:
             shutil.rmtree(self._folder, ignore_errors=True)
             raise
-        self._sessions = {
-            (tool, gpu): _Session(lambda t=tool, g=gpu: make(t, g), gpu) for tool in tools for gpu in gpus
-        }
+        self._sessions = {(tool, gpu): _Session(lambda t=tool, g=gpu: make(t, g)) for tool in tools for gpu in gpus}
         self._closed = False
         threading.Thread(target=self._accept, name="sessions", daemon=True).start()
         for session in self._sessions.values():  # started now, while the first students compile
@@ -138,6 +133,8 @@ class SessionHost:
             session.start_ahead()  # a session that cannot start says why at the run, as one of the asker's own
             return None
         build, case, block_size = run
+        # The asker holds its GPU's gate while it waits for this answer. One that has gone (its process lost)
+        # holds nothing: its kernel must not run, as it could run during another student's timing.
         return session.run(build, case, block_size, asking=lambda: _waiting(connection))
 
 
@@ -151,11 +148,10 @@ def _waiting(connection: Connection) -> bool:
 
 
 class _Session:
-    """One shared session on GPU `gpu`, one run at a time, each in a shared hold of the GPU's gate."""
+    """One shared session, one run at a time."""
 
-    def __init__(self, make: Callable[[], Worker], gpu: int) -> None:
+    def __init__(self, make: Callable[[], Worker]) -> None:
         self._make = make
-        self._gpu = gpu
         self._worker = make()
         self._runs = 0
         self._lock = threading.Lock()
@@ -199,14 +195,13 @@ class _Session:
             if why is not None:
                 return why, []
             self._runs += 1
-            with gpu_gate(self._gpu, exclusive=False):  # the run and the forgetting, never during a timing
-                answer = run_in(self._worker, build, case, block_size, nullcontext)
-                try:
-                    if self._worker.alive:
-                        self._worker.call(forget, timeout=FORGET_SECONDS)
-                    self._worker.clear_log()
-                except (GraderError, OSError):
-                    self._replace()
+            answer = run_in(self._worker, build, case, block_size, nullcontext)
+            try:
+                if self._worker.alive:
+                    self._worker.call(forget, timeout=FORGET_SECONDS)
+                self._worker.clear_log()
+            except (GraderError, OSError):
+                self._replace()
             ended = not self._worker.alive
         if ended:  # the kernel ended the session: started again now, not in the next asker's hold of the GPU
             threading.Thread(target=self.start_ahead, daemon=True).start()
@@ -224,16 +219,18 @@ class _Session:
 
 
 class RemoteSession:
-    """A grading process's way to a shared session: `run` as `sanitizer.run_in` runs in a session of its own,
-    the GPU's gate held by the host for the run."""
+    """A grading process's way to a shared session: `run` as `sanitizer.run_in` runs in a session of its own."""
 
     def __init__(self, address: Address, tool: str, gpu: int) -> None:
         self.address, self.tool, self.gpu = address, tool, gpu
         self._connection: Connection | None = None
 
-    def run(self, build: Build, case: Case, block_size: int) -> Answer:
-        self._ask("start")  # a session (re)starting takes seconds: started ahead, in no hold of the gate
-        failed, lines = self._ask("run", build, case, block_size)
+    def run(
+        self, build: Build, case: Case, block_size: int, gate: Callable[[], AbstractContextManager[None]]
+    ) -> Answer:
+        self._ask("start")  # outside the gate: a session (re)starting takes seconds, which a timing must not wait
+        with gate():
+            failed, lines = self._ask("run", build, case, block_size)
         return failed, list(lines)
 
     def close(self) -> None:

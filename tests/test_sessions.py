@@ -8,20 +8,18 @@ GPU does. The GPU runs (tests/test_class_scheduling.py, the class bench) use the
 from __future__ import annotations
 
 import threading
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
-from autograder import isolation, schedule, sessions
+from autograder import isolation, sessions
 from autograder.build import Builder
 from autograder.errors import GraderError
 from autograder.isolation import Worker
 from autograder.records import Build, KernelSource
 from autograder.references import reference_source
 from autograder.sanitizer import PREFIX, TOOLS, Sanitized, sanitize
-from autograder.schedule import gpu_gate
 from autograder.sessions import Address, RemoteSession, SessionHost
 from autograder.stages import get_stage
 from autograder.verify import Case, loaded
@@ -38,14 +36,6 @@ def saying(word: str) -> str:
     return text.replace(marker, f'{marker}        printf("{PREFIX}from {word}\\n");\n', 1)
 
 
-def slow() -> str:
-    """The naive reference kernel, each block's first thread busy for a while first (seconds on the CPU backend)."""
-    text = reference_source("naive").text
-    marker = "    if (tid == 0) {\n"
-    assert marker in text
-    return text.replace(marker, f"{marker}        for (volatile long k = 0; k < 200000000L; k = k + 1) {{}}\n", 1)
-
-
 @pytest.fixture(scope="module")
 def builds() -> dict[str, Build]:
     with Worker("cpu") as worker:
@@ -53,7 +43,6 @@ def builds() -> dict[str, Build]:
         made = {word: builder.build(get_stage("naive"), KernelSource(saying(word))) for word in ("ann", "bob", "cyd")}
         made["wild"] = builder.build(get_stage("naive"), KernelSource(WILD.read_text()))
         made["quiet"] = builder.build(get_stage("shuffle"), reference_source("shuffle"))
-        made["slow"] = builder.build(get_stage("naive"), KernelSource(slow()))
     return made
 
 
@@ -83,7 +72,7 @@ def test_askers_at_once_share_one_session_and_each_gets_the_report_of_its_own_ru
     def ask(word: str) -> None:
         remote = RemoteSession(sessions.host.address, "racecheck", 0)
         try:
-            answers[word] = [remote.run(builds[word], CASE, 256) for _ in range(6)]
+            answers[word] = [remote.run(builds[word], CASE, 256, nullcontext) for _ in range(6)]
         finally:
             remote.close()
 
@@ -104,60 +93,14 @@ def test_askers_at_once_share_one_session_and_each_gets_the_report_of_its_own_ru
             assert lines and set(lines) == {f"from {word}"}  # its own lines, every one of them, and no others'
 
 
-def test_a_run_holds_the_gpu_from_its_turn_to_its_end_and_an_asker_waiting_its_turn_holds_nothing(
-    builds: dict[str, Build], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A timing that comes while a run goes and another waits its turn takes the GPU once the run going ends,
-    before the run that waits: it used to wait for every run queued in the session, each asker holding the
-    GPU's gate (shared) from its question on. And no run goes while a timing has the GPU."""
-    monkeypatch.setattr(schedule, "LOCK_DIR", tmp_path)
-    when: dict[str, float] = {}
-
-    def ask(name: str, build: str) -> threading.Thread:
-        def asking() -> None:
-            remote = RemoteSession(sessions.host.address, "racecheck", 0)
-            try:
-                assert remote.run(builds[build], CASE, 256)[0] is None
-            finally:
-                remote.close()
-            when[name] = time.monotonic()
-
-        thread = threading.Thread(target=asking)
-        thread.start()
-        return thread
-
-    def timing() -> None:
-        with gpu_gate(0, exclusive=True):
-            when["timing"] = time.monotonic()
-            time.sleep(0.2)
-
-    with Sessions() as sessions:
-        ask("warm", "ann").join()  # the session started
-        with gpu_gate(0, exclusive=True):  # a timing has the GPU: a run waits for it
-            held = ask("held", "ann")
-            held.join(1.0)
-            assert "held" not in when
-        held.join()
-        first = ask("first", "slow")  # a second of run or more
-        time.sleep(0.3)
-        # Two more asked while it goes: whichever goes first, the other waits its turn.
-        queued = [ask("second", "slow"), ask("third", "slow")]
-        first.join()
-        time.sleep(0.3)
-        timing()  # comes while the second run goes
-        for thread in queued:
-            thread.join()
-    assert when["timing"] < max(when["second"], when["third"])
-
-
 def test_a_kernel_that_ends_a_shared_session_costs_the_next_asker_nothing(builds: dict[str, Build]) -> None:
     with Sessions() as sessions:
         crasher = RemoteSession(sessions.host.address, "memcheck", 0)
-        failed, lines = crasher.run(builds["wild"], CASE, 256)
+        failed, lines = crasher.run(builds["wild"], CASE, 256, nullcontext)
         assert failed is not None and "SIGSEGV" in failed and lines == []
         crasher.close()
         after = RemoteSession(sessions.host.address, "memcheck", 0)
-        failed, lines = after.run(builds["bob"], CASE, 256)
+        failed, lines = after.run(builds["bob"], CASE, 256, nullcontext)
         after.close()
     assert failed is None and set(lines) == {"from bob"}  # in a fresh session, with nothing of the crash's
 
@@ -185,16 +128,16 @@ def test_only_the_graders_processes_reach_the_sessions(builds: dict[str, Build])
         address = sessions.host.address
         stranger = RemoteSession(Address(address.path, b"not the key"), "racecheck", 0)
         with pytest.raises(GraderError, match="cannot be reached"):
-            stranger.run(builds["ann"], CASE, 256)
+            stranger.run(builds["ann"], CASE, 256, nullcontext)
         nowhere = RemoteSession(address, "racecheck", 7)  # no session on that GPU: the asker is told
         with pytest.raises(GraderError, match="no shared racecheck session on GPU 7"):
-            nowhere.run(builds["ann"], CASE, 256)
+            nowhere.run(builds["ann"], CASE, 256, nullcontext)
         nowhere.close()
         known = RemoteSession(address, "racecheck", 0)  # the host serves on
-        assert known.run(builds["ann"], CASE, 256)[0] is None
+        assert known.run(builds["ann"], CASE, 256, nullcontext)[0] is None
         known.close()
     with pytest.raises(GraderError, match="cannot be reached"):  # gone with its class
-        RemoteSession(address, "racecheck", 0).run(builds["ann"], CASE, 256)
+        RemoteSession(address, "racecheck", 0).run(builds["ann"], CASE, 256, nullcontext)
     assert not Path(address.path).parent.exists()
 
 
@@ -230,7 +173,7 @@ def test_a_session_that_cannot_start_answers_each_run_with_why(builds: dict[str,
     host = SessionHost(lambda tool, gpu: Worker("cpu", launcher=("/bin/false",)), TOOLS, (0,))
     try:
         remote = RemoteSession(host.address, "memcheck", 0)
-        failed, lines = remote.run(builds["quiet"], CASE, 256)  # a note for the stage, as alone
+        failed, lines = remote.run(builds["quiet"], CASE, 256, nullcontext)  # a note for the stage, as alone
         remote.close()
     finally:
         host.close()
@@ -264,11 +207,11 @@ def test_a_session_whose_start_hangs_is_not_started_again_at_every_run(
     host = SessionHost(hanging, TOOLS, (0,))
     try:
         remote = RemoteSession(host.address, "memcheck", 0)
-        answers = [remote.run(builds["quiet"], CASE, 256) for _ in range(3)]
+        answers = [remote.run(builds["quiet"], CASE, 256, nullcontext) for _ in range(3)]
         tried = made["memcheck"].starts
         assert tried == 1  # started ahead by the host; none of the three runs tried again
         monkeypatch.setattr(sessions, "RETRY_SECONDS", 0.0)  # its time has come: the next run tries again
-        again = remote.run(builds["quiet"], CASE, 256)
+        again = remote.run(builds["quiet"], CASE, 256, nullcontext)
         remote.close()
     finally:
         host.close()
@@ -288,10 +231,10 @@ def test_the_kernel_of_an_asker_that_has_gone_is_not_run(builds: dict[str, Build
 def test_closed_sessions_serve_no_one_and_leave_nothing_running(builds: dict[str, Build]) -> None:
     sessions = Sessions()
     remote = RemoteSession(sessions.host.address, "racecheck", 0)
-    assert remote.run(builds["ann"], CASE, 256)[0] is None
+    assert remote.run(builds["ann"], CASE, 256, nullcontext)[0] is None
     sessions.host.close()
     with pytest.raises(GraderError):  # connected before the close, asking after it
-        remote.run(builds["ann"], CASE, 256)
+        remote.run(builds["ann"], CASE, 256, nullcontext)
     remote.close()
     assert not any(worker.alive for worker in sessions.made)
     assert "sessions" not in {thread.name for thread in threading.enumerate()}
