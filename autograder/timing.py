@@ -156,8 +156,9 @@ def _plans(
 
 
 # The timing input of a worker, kept between stages: drawing 2^26 floats and summing them in float64 took most
-# of a stage's timing before (0.6 s of 1 s), although the GPU's own work is a few milliseconds.
-_INPUTS: dict[tuple[int, tuple[int, ...]], tuple[np.ndarray, Sums | float]] = {}  # with its sums, or its max
+# of a stage's timing before (0.6 s of 1 s), although the GPU's own work is a few milliseconds. By seed and count
+# of values (one input for the 1-D and the 2-D stages), with its sums and its maximum.
+_INPUTS: dict[tuple[int, int], tuple[np.ndarray, Sums, float]] = {}
 KEPT_INPUTS = 4  # published timing inputs a machine keeps (256 MiB each), the most recent
 
 
@@ -180,7 +181,9 @@ class Published:
 
 def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) -> Published | None:
     """The timing input of `seed` and `size` as a file, with a record of what it holds, which its GPU workers then
-    read rather than draw and sum (2 x 2^26 values: a second of a core for each, at each worker's start).
+    read rather than draw and sum (2^26 values: a second of a core, at each worker's start). One file a seed and
+    count of values: a 1-D stage's input and a 2-D one of as many values (2^26 and 8192 x 8192) are the same
+    values, drawn and written once.
 
     Drawn once per machine and grader: the first grading process to ask draws it and writes the file and its
     record (the file's stamp, its sums and maximum, and the grader that drew it); the others wait for it and
@@ -189,9 +192,10 @@ def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) 
     again. A worker maps the file only while it is still the one recorded (its stamp), and draws its own where
     it is not. None where the file cannot be written: each worker then draws its own."""
     folder = folder or input_folder()
-    key = (seed, size, folder)
+    count = math.prod(size)
+    key = (seed, count, folder)
     if key not in _PUBLISHED:
-        path = folder / f"{seed}-{'x'.join(map(str, size))}.npy"
+        path = folder / f"{seed}-{count}.npy"
         record = path.with_suffix(".json")
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -199,7 +203,7 @@ def publish_input(seed: int, size: tuple[int, ...], folder: Path | None = None) 
                 fcntl.flock(lock, fcntl.LOCK_EX)  # one process draws; the others wait, then read its record
                 published = _recorded(path, record)
                 if published is None:
-                    data = draw("random", math.prod(size), seed)
+                    data = draw("random", count, seed)
                     _write(path, lambda part: np.save(part, data, allow_pickle=False))
                     published = Published(path, _stamp(path.stat()), Sums.of(data), float(data.max()))
                     text = json.dumps({"drawn_by": _drawn_by(), "stamp": published.stamp,
@@ -251,7 +255,7 @@ def _write(path: Path, write: Callable[[Path], object]) -> None:
         os.replace(part, path)
 
 
-_PUBLISHED: dict[tuple[int, tuple[int, ...], Path], Published | None] = {}  # by this grading process
+_PUBLISHED: dict[tuple[int, int, Path], Published | None] = {}  # by seed and count, in this grading process
 
 
 def prepare_timing(
@@ -273,15 +277,16 @@ def _timing_input(
     seed: int, size: tuple[int, ...], stage: Stage, published: Published | None = None
 ) -> tuple[np.ndarray, float, float]:
     """The input of `size` drawn from `seed`, and its expected result and tolerance for `stage`."""
-    if (seed, size) not in _INPUTS:
-        found = _published(published, size, stage.shape) if published else None
+    key = (seed, math.prod(size))
+    if key not in _INPUTS:
+        found = _published(published, key[1]) if published else None
         if found is None:
-            data = draw("random", math.prod(size), seed)
-            found = data, Sums.of(data) if stage.shape is Shape.SUM_1D else float(data.max())
-        _INPUTS[seed, size] = found
-    data, sums = _INPUTS[seed, size]
-    if isinstance(sums, float):
-        return data, sums, 0.0  # a max is exact in any order
+            data = draw("random", key[1], seed)
+            found = data, Sums.of(data), float(data.max())
+        _INPUTS[key] = found
+    data, sums, maximum = _INPUTS[key]
+    if stage.shape is Shape.MAX_2D:
+        return data, maximum, 0.0  # a max is exact in any order
     # The tolerance hardly moves as single values change, so it is computed once for an input.
     return data, sums.exact, sums.tolerance(stage)
 
@@ -289,11 +294,11 @@ def _timing_input(
 _HEADERS = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
 
 
-def _published(published: Published, size: tuple[int, ...], shape: Shape) -> tuple[np.ndarray, Sums | float] | None:
+def _published(published: Published, count: int) -> tuple[np.ndarray, Sums, float] | None:
     """The published input, mapped copy-on-write (the checker changes values of its own copy), with its recorded
-    sums (its maximum, for a 2-D max); None where the file is no longer the one its record tells of (its stamp),
-    or not `size` float32 values. The file is checked and mapped through one descriptor, so the file mapped is
-    the file checked."""
+    sums and maximum; None where the file is no longer the one its record tells of (its stamp), or not `count`
+    float32 values. The file is checked and mapped through one descriptor, so the file mapped is the file
+    checked."""
     try:
         with open(published.path, "rb") as file:
             if _stamp(os.fstat(file.fileno())) != published.stamp:
@@ -302,10 +307,10 @@ def _published(published: Published, size: tuple[int, ...], shape: Shape) -> tup
             if read_header is None:
                 return None
             found, fortran_order, dtype = read_header(file)
-            if dtype != np.float32 or fortran_order or found != (math.prod(size),):
+            if dtype != np.float32 or fortran_order or found != (count,):
                 return None
             data = np.memmap(file, dtype=np.float32, mode="c", shape=found, offset=file.tell())
-            return data, published.sums if shape is Shape.SUM_1D else published.maximum
+            return data, published.sums, published.maximum
     except (OSError, ValueError):
         return None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import replace
@@ -21,7 +22,7 @@ from autograder.launch import Plan
 from autograder.records import KernelSource
 from autograder.references import reference_source
 from autograder.sandbox import Sandbox
-from autograder.stages import Shape
+from autograder.stages import Shape, get_stage
 from autograder.timing import (
     TimedKernel,
     TimingSettings,
@@ -50,7 +51,7 @@ def no_inputs_kept():
 def kept_input(backend, seed: int, size: tuple[int, ...]) -> tuple[bool, str]:
     """In a worker: whether its timing input of `seed` and `size` is the published file's mapping, and a digest
     of its values."""
-    data = timing._INPUTS[seed, size][0]
+    data = timing._INPUTS[seed, math.prod(size)][0]
     return isinstance(data, np.memmap), digest(data)
 
 
@@ -71,6 +72,30 @@ def test_the_grader_draws_a_timing_input_once_as_a_worker_would(tmp_path: Path) 
     assert publish_input(SEED, SIZE, tmp_path) == published and path.stat().st_mtime_ns == written
     # Nothing half-written beside it: the file, its record, and the lock the grading processes take in turn.
     assert sorted(p.name for p in tmp_path.iterdir()) == [".publishing", f"{path.stem}.json", path.name]
+
+
+def test_the_1d_and_the_2d_inputs_of_as_many_values_are_one_file_drawn_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_dir: Path
+) -> None:
+    # 2^26 values and 8192 x 8192 are the same draw: the class's host draws and writes it once, not twice.
+    drawn: list[int] = []
+
+    def counted(*args: object) -> np.ndarray:
+        drawn.append(1)
+        return draw(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(timing, "draw", counted)
+    flat, square = publish_input(SEED, (4096,), tmp_path), publish_input(SEED, (64, 64), tmp_path)
+    assert flat is not None and flat == square and len(drawn) == 1
+    assert sorted(p.name for p in tmp_path.glob("*.npy")) == [f"{SEED}-4096.npy"]
+    # A worker maps it once, and takes each stage's expected result from its record: a sum, or the maximum.
+    settings = replace(SETTINGS, n=4096, max2d_shape=(64, 64))
+    prepare_timing(CpuBackend(cache_dir=cache_dir), ("naive", "max2d"), settings, SEED, flat)
+    values = np.load(flat.path)
+    assert len(timing._INPUTS) == 1 and kept_input(None, SEED, (4096,)) == (True, digest(values))
+    assert timing._timing_input(SEED, (4096,), get_stage("naive"))[1] == Sums.of(values).exact
+    assert timing._timing_input(SEED, (64, 64), get_stage("max2d"))[1:] == (float(values.max()), 0.0)
+    assert len(drawn) == 1
 
 
 def test_the_grading_processes_of_a_machine_draw_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,7 +143,7 @@ def test_a_file_written_after_its_record_is_never_read_as_the_input(tmp_path: Pa
     prepare_timing(CpuBackend(cache_dir=cache_dir), ("naive",), SETTINGS, SEED, published)
     drawn = draw("random", SIZE[0], SEED)
     assert kept_input(None, SEED, SIZE) == (False, digest(drawn))
-    assert timing._INPUTS[SEED, SIZE][1] == Sums.of(drawn)
+    assert timing._INPUTS[SEED, SIZE[0]][1] == Sums.of(drawn)
 
 
 @pytest.mark.parametrize("planted", ["half-written", "another type", "Fortran order", "another format"])
@@ -163,7 +188,7 @@ def test_timing_reads_the_published_input_and_changes_only_its_own_copy(tmp_path
     )
     prepare_timing(backend, ("naive", "shuffle"), SETTINGS, SEED, published)
     mapped, _ = kept_input(backend, SEED, SIZE)
-    assert mapped and timing._INPUTS[SEED, SIZE][1] == Sums.of(draw("random", SIZE[0], SEED))
+    assert mapped and timing._INPUTS[SEED, SIZE[0]][1] == Sums.of(draw("random", SIZE[0], SEED))
     # Every call changes a value of the input and checks the result against it.
     measured = time_interleaved(backend, kernels, SETTINGS, SEED)
     assert [t.repetitions >= 3 for t in measured] == [True, True]
