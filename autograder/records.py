@@ -127,7 +127,7 @@ class KernelMetrics:
     barriers: int = 0  # block-wide barriers (__syncthreads) those blocks passed
     diverged_steps: int = 0  # warp steps (a warp between two barriers) whose lanes took different paths
     shuffles: int = 0  # warp shuffles they ran, one per warp and shuffle
-    final_shared_requests: int = 0  # shared-memory warp requests after each block's last barrier
+    lone_shared_requests: int = 0  # shared-memory warp requests one warp made alone (ag_runtime.cpp close_window)
     global_load_requests: int = 0  # whole-warp loads from global memory (at least 32 distinct words)
     global_load_sectors: int = 0  # the 32-byte sectors those loads touched
     global_load_words: int = 0  # the distinct 4-byte words they read

@@ -17,7 +17,7 @@ deterministically, from two sources:
 | first_add | elements per thread: the launch contract | 1 -> 2 |
 | unrolled_warp | block barriers per block, at most log2(block) - 2 | 9 -> 3 |
 | shuffle | shuffles in the PTX, and run per block: at least 1 | 0 -> 5 |
-| | shared-memory requests per block after its last barrier, at most 4 | 12 -> 2 |
+| | shared-memory requests per block one warp makes alone, at most 4 | 12 -> 2 |
 | max2d | 32-byte sectors per whole-warp global load, at most 6.5 | 8.7 -> 4.9 |
 
 (Figures at block size 256; the ones that depend on the block size are functions of it below.) first_add's
@@ -186,9 +186,10 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         Measure(
             "shared memory in the last warp",
-            "shared-memory warp requests per block after the block's last __syncthreads()",
+            "shared-memory warp requests per block that one warp makes alone (between two barriers, the busiest "
+            "warp's requests beyond the next busiest's)",
             "cpu",
-            _per_block("final_shared_requests"),
+            _per_block("lone_shared_requests"),
             at_most=True,
             threshold=_constant(4),
             reference=_constant(2),

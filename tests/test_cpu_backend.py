@@ -148,6 +148,19 @@ def test_device_variables_keep_one_copy_in_large_sampled_launches(cpu: CpuBacken
     assert cpu.findings() == ()
 
 
+def test_a_device_variable_is_checked_as_the_graders_buffers_are(cpu: CpuBackend) -> None:
+    # Block 0 copies its 256 values into a __device__ array of 255 (tests/known): the write past its end lands in
+    # the padding before the next symbol, outside the variable, and the message names the variable.
+    text = (Path(__file__).parent / "known" / "device_array_overrun.cu").read_text()
+    kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("naive"))
+    assert reduce(cpu, kernel, np.ones(1000, np.float32), (1000,)) == 1000
+    [finding] = cpu.findings()
+    assert finding.kind == "out_of_bounds" and not finding.reads_only
+    assert "first_block[255]" in finding.message and "255 4-byte words of the __device__ variable" in finding.message
+    assert finding.thread == "block (0,0,0) thread (255,0,0)"
+    assert finding.line == LOCATION.first_line + text[: text.index("keep::first_block[tid] =")].count("\n")
+
+
 def test_last_block_pattern_with_threadfence_is_not_a_race_and_without_it_is(cpu: CpuBackend) -> None:
     n = 256 * 40
     for name, races in (("last_block", set()), ("bug_last_block_no_fence", {"race_interblock"})):

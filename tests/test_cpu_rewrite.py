@@ -5,7 +5,7 @@ from __future__ import annotations
 from autograder.backends.cpu.compiler import SOURCE_NAME, parameter_names, parse_diagnostics
 from autograder.backends.cpu.rewrite import (
     blank_comments_and_strings,
-    declares_device_variables,
+    device_variables,
     rewrite_preprocessed,
     rewrite_shared,
     rewrite_source,
@@ -63,16 +63,26 @@ def test_parameter_names_come_from_the_kernel_definition() -> None:
 
 
 def test_device_variables_are_told_from_device_functions() -> None:
-    assert declares_device_variables("__device__ unsigned int count = 0;\n__global__ void k() {}")
-    assert declares_device_variables("__constant__ float weights[16];")
-    assert not declares_device_variables("__device__ float twice(float x) { return 2 * x; }")
-    assert not declares_device_variables("__global__ void k() { __device__ int x; }\n// __device__ int y;")
+    assert device_variables("__device__ unsigned int count = 0;\n__global__ void k() {}")
+    assert device_variables("__constant__ float weights[16];")
+    assert not device_variables("__device__ float twice(float x) { return 2 * x; }")
+    assert not device_variables("__global__ void k() { __device__ int x; }\n// __device__ int y;")
     # In namespaces (anonymous or nested) a variable is still one per build; in a struct it is a member function.
-    assert declares_device_variables("namespace { __device__ unsigned int ticket; }")
-    assert declares_device_variables("namespace a { namespace b <% __device__ int x = 0; %> }")
-    assert not declares_device_variables("struct S { __device__ int f(); };")
+    assert device_variables("namespace { __device__ unsigned int ticket; }")
+    assert device_variables("namespace a { namespace b <% __device__ int x = 0; %> }")
+    assert not device_variables("struct S { __device__ int f(); };")
     # A digit separator is no character literal that would hide the rest of the line.
-    assert declares_device_variables("const int k = 1'0; __device__ unsigned int t;")
+    assert device_variables("const int k = 1'0; __device__ unsigned int t;")
+
+
+def test_the_names_of_device_variables_come_from_their_declarators() -> None:
+    # The runtime checks the variables of these names (and no function's static, which may be shared memory).
+    assert device_variables("__device__ int x = 0, y[4];") == ("x", "y")
+    assert device_variables("namespace a { __device__ float buf[4][8]; }") == ("buf",)
+    assert device_variables("__constant__ float table[4] = {1, 2, 3, 4};") == ("table",)
+    assert device_variables("__device__ volatile unsigned int *flags, count;") == ("flags", "count")
+    assert device_variables("__device__ float2 pair; __managed__ double m;") == ("pair", "m")
+    assert device_variables("__device__ float twice(float x) { return 2 * x; }") == ()
 
 
 def test_digit_separators_are_numbers_and_character_literals_are_blanked() -> None:

@@ -50,7 +50,7 @@ METRICS_BLOCKS = 4  # blocks per launch that feed the bank-conflict and divergen
 
 
 # The runtime's per-kernel counts (ag_counts), in its order: KernelMetrics fields.
-_COUNTS = ("blocks", "barriers", "diverged_steps", "shuffles", "final_shared_requests", "global_load_requests",
+_COUNTS = ("blocks", "barriers", "diverged_steps", "shuffles", "lone_shared_requests", "global_load_requests",
            "global_load_sectors", "global_load_words")
 
 # Kernel ids are unique in the process, because every backend with the same fibers shares one runtime.
@@ -104,7 +104,7 @@ class _CompiledKernel:
     fast: ctypes.CDLL
     parameter_names: tuple[str, ...]
     dynamic_shared_names: tuple[str, ...]
-    device_variables: bool
+    device_variables: tuple[str, ...]  # the names of the __device__ variables its source declares
     unchecked_imports: tuple[str, ...]  # functions it calls that may write where no check looks
     lines: dict[int, int] = field(default_factory=dict)  # call-site offset -> kernel-source line
 
@@ -187,6 +187,7 @@ class CpuBackend(Backend):
         rt.ag_alloc.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
         rt.ag_free.argtypes = [ctypes.c_void_p]
         rt.ag_launch.argtypes = [ctypes.POINTER(_Launch)]
+        rt.ag_watch_variables.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         rt.ag_finding.restype = ctypes.POINTER(_Finding)
         rt.ag_finding.argtypes = [ctypes.c_int]
         rt.ag_metrics.argtypes = [ctypes.c_int, ctypes.POINTER(_Metric), ctypes.c_int]
@@ -225,10 +226,13 @@ class CpuBackend(Backend):
             fast=libraries.get("fast.so", libraries["checked.so"]),
             parameter_names=tuple(details["parameter_names"]),
             dynamic_shared_names=tuple(details["dynamic_shared_names"]),
-            device_variables=bool(details["device_variables"]),
+            device_variables=tuple(details["device_variables"]),
             lines=dict(details["lines"]),
             unchecked_imports=tuple(details["unchecked_imports"]),
         )
+        if compiled.device_variables:  # checked as the grader's buffers are, in every launch of the checked build
+            entry = ctypes.cast(compiled.checked["__ag_entry"], ctypes.c_void_p).value
+            self._runtime.ag_watch_variables(entry, "\n".join(compiled.device_variables).encode())
         self._kernels[kernel_id] = compiled
         return Kernel(stage=stage, source=build.source, handle=compiled, warnings=build.warnings)
 

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.backends.cpu.rewrite import declares_device_variables, rewrite_source
+from autograder.backends.cpu.rewrite import device_variables, rewrite_source
 from autograder.errors import BackendUnavailable, CompileError
 from autograder.records import Build, CompilerMessage, KernelSource
 from autograder.sandbox import Sandbox
@@ -72,7 +72,7 @@ class KernelBuild:
     warnings: tuple[CompilerMessage, ...]
     dynamic_shared_names: tuple[str, ...]
     parameter_names: tuple[str, ...]
-    device_variables: bool  # the source has __device__ variables: never mix the two builds in one launch
+    device_variables: tuple[str, ...]  # the __device__ variables the source declares (rewrite.device_variables)
     lines: dict[int, int]  # call-site offset in the instrumented build -> kernel-source line
     hashes: dict[str, str]  # SHA-256 of "checked" and "fast", as recorded when they were built
     unchecked_imports: tuple[str, ...]  # functions it calls that may write where no bounds check looks
@@ -253,12 +253,12 @@ def compile_kernel(
     manifest = toolchain.cache / f"k-{key}.json"
     files = {"checked": checked, "fast": plain} if fast else {"checked": checked}
     names = parameter_names(source.text, stage.kernel_name, 3 if stage.shape is Shape.SUM_1D else 4)
-    device_variables = declares_device_variables(source.text)
+    variables = device_variables(source.text)
 
     def finish(log: str, lines: dict[int, int], hashes: dict[str, str], unchecked: list[str]) -> KernelBuild:
         warnings = tuple(m for m in parse_diagnostics(log, source) if m.severity == "warning")
         return KernelBuild(
-            checked, plain, warnings, rewritten.dynamic_names, names, device_variables, lines, hashes, tuple(unchecked)
+            checked, plain, warnings, rewritten.dynamic_names, names, variables, lines, hashes, tuple(unchecked)
         )
 
     cached = _read_manifest(manifest, files)

@@ -251,20 +251,41 @@ def _rewrite_declaration(declaration: str, dynamic: list[str]) -> str | None:
     return " ".join(out)
 
 
-def declares_device_variables(source: str) -> bool:
-    """Whether `source` declares a `__device__`, `__constant__` or `__managed__` variable at namespace scope.
+def device_variables(source: str) -> tuple[str, ...]:
+    """The names of the `__device__`, `__constant__` and `__managed__` variables `source` declares at namespace
+    scope ("" for a declaration whose names cannot be read); empty where it declares none.
 
-    Such a variable lives once per build, so a launch must not mix the instrumented and the plain build.
+    Such a variable lives once per build, so a launch must not mix the instrumented and the plain build; and the
+    runtime checks every access to the variables named here as it checks the grader's buffers.
     """
     code = blank_comments_and_strings(source)
+    names: list[str] = []
     for match in re.finditer(r"\b(?:__device__|__constant__|__managed__)\b", code):
         if _in_directive(code, match.start()) or not _at_namespace_scope(code, match.start()):
             continue
         end = min((i for i in (code.find(";", match.end()), code.find("{", match.end())) if i >= 0), default=-1)
         declaration = code[match.end() : end]
         if end >= 0 and "(" not in declaration.split("=")[0]:
-            return True
-    return False
+            names.extend(_declarator_names(declaration) or [""])
+    return tuple(names)
+
+
+def _declarator_names(declaration: str) -> list[str]:
+    """The name of each declarator of `float a[4] = 0, *b, c`: the last identifier before its array sizes and
+    initialiser, in each part between the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(declaration):
+        depth += (char in "([<") - (char in ")]>")
+        if char == "," and depth == 0:
+            parts.append(declaration[start:index])
+            start = index + 1
+    parts.append(declaration[start:])
+    names = []
+    for part in parts:
+        found = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", part.split("=")[0])
+        if found:
+            names.append(found.group(1))
+    return names
 
 
 def _at_namespace_scope(code: str, index: int) -> bool:

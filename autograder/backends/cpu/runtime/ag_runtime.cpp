@@ -6,16 +6,23 @@
 // Python reads them. Their messages hold placeholders that only Python can fill in: {pc:HEX} (a code
 // address in the instrumented kernel library, shown as the notebook line), {line:N} (a kernel-source line),
 // {arg:K} (the name of kernel parameter K) and {dyn} (the name of the extern __shared__ array).
+#include <cxxabi.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -119,6 +126,7 @@ struct Buffer {
     std::size_t map_bytes;
     Cell *cells = nullptr;  // shadow of count + guard words, mapped on first checked use
     int arg = -1;           // kernel parameter index in the current launch
+    std::string name;       // a __device__ variable's name (ag_watch_variables); empty for the grader's buffers
 };
 
 struct StaticShared {
@@ -164,7 +172,7 @@ struct GlobalRecord {
 };
 // Counts over the measured blocks of one kernel, for autograder.technique (see ag_counts).
 struct Counts {
-    unsigned long long blocks, barriers, diverged, shuffles, final_shared_requests, global_requests, global_sectors,
+    unsigned long long blocks, barriers, diverged, shuffles, lone_shared_requests, global_requests, global_sectors,
         global_words;
 };
 
@@ -183,6 +191,10 @@ struct State {
     std::unordered_map<void *, Buffer *> buffers;
     Buffer *active[8];
     int nactive = 0;
+    // The __device__ variables of each kernel library (by its load address), in address order, and this
+    // launch's: global memory the kernel holds itself, checked as the grader's buffers are.
+    std::map<std::uintptr_t, std::vector<Buffer *>> variables;
+    const std::vector<Buffer *> *launch_variables = nullptr;
     char *stacks = nullptr;
     // the launch
     AgLaunch launch{};
@@ -306,11 +318,14 @@ void poison_shared_memory() {
 struct Place {
     int arg;            // kernel parameter of a global buffer, or -1 for shared memory
     std::size_t where;  // the word index in the buffer, or the byte offset in the shared arena
+    const char *variable = nullptr;  // or the __device__ variable it is in
 };
 
 std::string place_text(const Place &place) {
-    char text[96];
-    if (place.arg >= 0) {
+    char text[160];
+    if (place.variable) {
+        std::snprintf(text, sizeof text, "%s[%zu]", place.variable, place.where);
+    } else if (place.arg >= 0) {
         std::snprintf(text, sizeof text, "{arg:%d}[%zu]", place.arg, place.where);
     } else if (place.where < kDynamicSharedMax) {
         std::snprintf(text, sizeof text, "{dyn}[%zu]", place.where / 4);
@@ -478,22 +493,39 @@ Cell *buffer_cells(Buffer &b) {
 void global_access(Buffer &b, char *address, std::size_t size, bool write, bool atomic, std::uint32_t pc) {
     const long long first = (address - b.data) >= 0 ? (address - b.data) / 4 : -((b.data - address + 3) / 4);
     const long long last = (address + size - 1 - b.data) / 4;
+    const char *variable = b.name.empty() ? nullptr : b.name.c_str();
     if (first < 0 || last >= static_cast<long long>(b.count)) {
         const Thread &t = me();
-        char message[400];
+        const std::string name = variable ? "the __device__ variable " + b.name : "{arg:" + std::to_string(b.arg) + "}";
+        char message[600];
         std::snprintf(message, sizeof message,
-                      "thread (%u,%u,0) %s {arg:%d}[%lld] at {pc:%x}, outside the %zu values of {arg:%d}: "
-                      "check the index against n before the access",
-                      t.idx.x, t.idx.y, verb(write), b.arg, first, pc, b.count, b.arg);
+                      "thread (%u,%u,0) %s %s[%lld] at {pc:%x}, outside the %zu %s of %s: check the index "
+                      "against %s before the access",
+                      t.idx.x, t.idx.y, verb(write), variable ? variable : name.c_str(), first, pc, b.count,
+                      variable ? "4-byte words" : "values", name.c_str(), variable ? "the variable's size" : "n");
         report(OUT_OF_BOUNDS, 0, pc, describe_thread(t), message, write);
         return;
     }
     Cell *cells = buffer_cells(b);
     if (!cells) return;
-    if (write) me().last_global_write = ++g.sequence_number;
+    if (write && !atomic) me().last_global_write = ++g.sequence_number;  // what a fence must publish
     if (g.measuring && !write && !atomic) record_global_load(pc, address, size);
     for (long long word = first; word <= last; ++word)
-        check_cell(cells[word], g.launch_gen, write, atomic, pc, false, Place{b.arg, static_cast<std::size_t>(word)});
+        check_cell(cells[word], g.launch_gen, write, atomic, pc, false,
+                   Place{b.arg, static_cast<std::size_t>(word), variable});
+}
+
+// The __device__ variable of this launch's library whose span (the variable, then its padding up to the next
+// symbol of its section) holds address `a`, if any.
+Buffer *variable_at(std::uintptr_t a) {
+    if (!g.launch_variables) return nullptr;
+    const std::vector<Buffer *> &variables = *g.launch_variables;
+    auto after = std::upper_bound(variables.begin(), variables.end(), a, [](std::uintptr_t x, const Buffer *b) {
+        return x < reinterpret_cast<std::uintptr_t>(b->data);
+    });
+    if (after == variables.begin()) return nullptr;
+    Buffer *b = *(after - 1);
+    return a - reinterpret_cast<std::uintptr_t>(b->zone_lo) < b->zone_span ? b : nullptr;
 }
 
 void on_access(void *address, std::size_t size, bool write, bool atomic, void *return_address) {
@@ -511,13 +543,15 @@ void on_access(void *address, std::size_t size, bool write, bool atomic, void *r
             return;
         }
     }
+    if (Buffer *variable = variable_at(a))
+        global_access(*variable, static_cast<char *>(address), size, write, atomic, pc_offset(return_address));
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Metrics, gathered in the first few blocks of each launch.
 
-// `last`: the window after the block's last barrier.
-void close_window(bool last = false) {
+// A window is the stretch of a block between two barriers (or its start, or its end).
+void close_window() {
     if (!g.measuring) return;
     Counts &counts = g.counts[g.launch.kernel_id];
     // Shared-memory requests: the k-th access of each lane of a warp at one code address is one warp-wide
@@ -528,6 +562,7 @@ void close_window(bool last = false) {
         if (a.seq != b.seq) return a.seq < b.seq;
         return a.word < b.word;
     });
+    unsigned long long per_warp[kMaxThreads / 32] = {};  // warp-wide requests of each warp in this window
     for (std::size_t i = 0; i < g.records.size();) {
         std::size_t j = i;
         unsigned int per_bank[32] = {};
@@ -541,10 +576,15 @@ void close_window(bool last = false) {
         auto &m = g.metrics[{g.launch.kernel_id, g.records[i].pc}];
         m.first += 1;
         m.second += *std::max_element(per_bank, per_bank + 32);
-        counts.final_shared_requests += last;
+        per_warp[g.records[i].warp]++;
         i = j;
     }
     g.records.clear();
+    // Requests one warp made alone: the busiest warp's beyond the next busiest's. A tree step that several warps
+    // share adds nothing; a last warp that reduces in shared memory while the others wait adds its steps, whatever
+    // barriers come after it.
+    std::partial_sort(per_warp, per_warp + 2, per_warp + kMaxThreads / 32, std::greater<>());
+    counts.lone_shared_requests += per_warp[0] - per_warp[1];
     // Global loads: a warp request reads its distinct words from as many 32-byte sectors as they fall into.
     // Only requests of at least 32 words count (a whole warp's floats): a partial warp says nothing of the
     // access pattern.
@@ -903,7 +943,7 @@ bool run_block(unsigned int bx, unsigned int by) {
         report_deadlock();
         return false;
     }
-    close_window(true);
+    close_window();
     if (g.measuring) g.counts[g.launch.kernel_id].blocks++;
     return true;
 }
@@ -942,6 +982,77 @@ unsigned long long atomic_as(void *address, int op, unsigned long long value, un
     unsigned long long bits = 0;
     std::memcpy(&bits, &old, sizeof(T));
     return bits;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// __device__ variables, read from the kernel library's symbol table (the file the grader built and loaded).
+
+// A symbol's name as declared: demangled, without its namespaces or template arguments; empty for a function's
+// static (a __shared__ array the rewrite could not take apart becomes one, and it lives per block).
+std::string declared_name(const char *symbol) {
+    int status = 0;
+    char *demangled = abi::__cxa_demangle(symbol, nullptr, nullptr, &status);
+    std::string name = status == 0 && demangled ? demangled : symbol;
+    std::free(demangled);
+    if (name.find('(') != std::string::npos) return "";
+    if (const std::size_t angle = name.find('<'); angle != std::string::npos) name.resize(angle);
+    const std::size_t colons = name.rfind("::");
+    return colons == std::string::npos ? name : name.substr(colons + 2);
+}
+
+// Each data symbol of `file` (an ELF shared object of `bytes`) named in `wanted`, as a Buffer at `base`: its
+// span reaches to the next symbol of its section, or the section's end, so an access in its padding is outside
+// it. Symbols of other names bound nothing but the spans. Whatever the file holds, nothing outside it is read.
+std::vector<Buffer *> variables_in(const unsigned char *file, std::size_t bytes, std::uintptr_t base,
+                                   const std::set<std::string> &wanted) {
+    std::vector<Buffer *> found;
+    const auto inside = [bytes](std::uint64_t offset, std::uint64_t size) {
+        return offset <= bytes && size <= bytes - offset;
+    };
+    if (bytes < sizeof(Elf64_Ehdr)) return found;
+    const auto *header = reinterpret_cast<const Elf64_Ehdr *>(file);
+    if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0 || header->e_ident[EI_CLASS] != ELFCLASS64 ||
+        header->e_shentsize != sizeof(Elf64_Shdr) ||
+        !inside(header->e_shoff, std::uint64_t{header->e_shnum} * sizeof(Elf64_Shdr)))
+        return found;
+    const auto *sections = reinterpret_cast<const Elf64_Shdr *>(file + header->e_shoff);
+    for (unsigned int t = 0; t < header->e_shnum; ++t) {
+        const Elf64_Shdr &table = sections[t];
+        if (table.sh_type != SHT_SYMTAB || table.sh_entsize != sizeof(Elf64_Sym) || table.sh_link >= header->e_shnum ||
+            !inside(table.sh_offset, table.sh_size))
+            continue;
+        const Elf64_Shdr &names = sections[table.sh_link];
+        if (!inside(names.sh_offset, names.sh_size) || names.sh_size == 0 || file[names.sh_offset + names.sh_size - 1])
+            continue;
+        const auto *symbols = reinterpret_cast<const Elf64_Sym *>(file + table.sh_offset);
+        const std::size_t count = table.sh_size / sizeof(Elf64_Sym);
+        for (std::size_t i = 0; i < count; ++i) {
+            const Elf64_Sym &v = symbols[i];
+            if (ELF64_ST_TYPE(v.st_info) != STT_OBJECT || v.st_size == 0 || v.st_shndx == SHN_UNDEF ||
+                v.st_shndx >= header->e_shnum || v.st_name >= names.sh_size)
+                continue;
+            const Elf64_Shdr &home = sections[v.st_shndx];
+            if (!(home.sh_flags & SHF_ALLOC) || (home.sh_flags & SHF_EXECINSTR) || v.st_value < home.sh_addr ||
+                v.st_value - home.sh_addr > home.sh_size || v.st_size > home.sh_addr + home.sh_size - v.st_value)
+                continue;
+            const std::string name = declared_name(reinterpret_cast<const char *>(file + names.sh_offset + v.st_name));
+            if (name.empty() || !wanted.count(name)) continue;
+            std::uint64_t end = home.sh_addr + home.sh_size;
+            for (std::size_t j = 0; j < count; ++j) {
+                const Elf64_Sym &other = symbols[j];
+                if (other.st_shndx == v.st_shndx && other.st_value >= v.st_value + v.st_size && other.st_value < end)
+                    end = other.st_value;
+            }
+            auto *b = new Buffer{};
+            b->data = b->zone_lo = reinterpret_cast<char *>(base + v.st_value);
+            b->zone_span = end - v.st_value;
+            b->count = (v.st_size + 3) / 4;
+            b->name = name;
+            found.push_back(b);
+        }
+    }
+    std::sort(found.begin(), found.end(), [](const Buffer *a, const Buffer *b) { return a->data < b->data; });
+    return found;
 }
 
 }  // namespace ag
@@ -1102,6 +1213,35 @@ void ag_free(void *data) {
     delete b;
 }
 
+// API: check the __device__ variables named in `names` (one a line: those the source declares) of the kernel
+// library holding `code`, in every launch of its instrumented build. Returns how many were found, -1 where the
+// library's file could not be read.
+int ag_watch_variables(const void *code, const char *names) {
+    Dl_info info{};
+    if (!code || !dladdr(code, &info) || !info.dli_fname) return -1;
+    const auto base = reinterpret_cast<std::uintptr_t>(info.dli_fbase);
+    if (const auto known = g.variables.find(base); known != g.variables.end())
+        return static_cast<int>(known->second.size());
+    std::set<std::string> wanted;
+    for (const char *line = names; *line;) {
+        const char *end = std::strchr(line, '\n');
+        wanted.emplace(line, end ? end : line + std::strlen(line));
+        line = end ? end + 1 : line + std::strlen(line);
+    }
+    const int fd = open(info.dli_fname, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat status {};
+    void *file = fstat(fd, &status) == 0 && status.st_size > 0
+                     ? mmap(nullptr, static_cast<std::size_t>(status.st_size), PROT_READ, MAP_PRIVATE, fd, 0)
+                     : MAP_FAILED;
+    close(fd);
+    if (file == MAP_FAILED) return -1;
+    g.variables[base] = variables_in(static_cast<const unsigned char *>(file), static_cast<std::size_t>(status.st_size),
+                                     base, wanted);
+    munmap(file, static_cast<std::size_t>(status.st_size));
+    return static_cast<int>(g.variables[base].size());
+}
+
 // Returns 0 when the launch ran, 1 on a deadlock, -1 when it could not start (see ag_error).
 int ag_launch(const AgLaunch *launch) {
     g.launch = *launch;
@@ -1134,6 +1274,8 @@ int ag_launch(const AgLaunch *launch) {
         g.active[g.nactive++] = it->second;
     }
     g.pc_base = library_base(reinterpret_cast<void *>(launch->checked));
+    const auto variables = g.variables.find(g.pc_base);
+    g.launch_variables = launch->checked && variables != g.variables.end() ? &variables->second : nullptr;
     g.launch_layouts[0] = launch->checked ? &g.layouts[g.pc_base] : nullptr;
     g.launch_layouts[1] = launch->fast ? &g.layouts[library_base(reinterpret_cast<void *>(launch->fast))] : nullptr;
     // Fresh, zeroed fiber stacks: an uninitialised local variable never sees what an earlier kernel left.
@@ -1176,7 +1318,7 @@ void ag_divergence(int kernel_id, unsigned long long *steps, unsigned long long 
 void ag_counts(int kernel_id, unsigned long long *out) {
     const Counts &c = g.counts[kernel_id];
     const unsigned long long values[] = {c.blocks,   c.barriers,        c.diverged,       c.shuffles,
-                                         c.final_shared_requests, c.global_requests, c.global_sectors,
+                                         c.lone_shared_requests, c.global_requests, c.global_sectors,
                                          c.global_words};
     std::memcpy(out, values, sizeof values);
 }

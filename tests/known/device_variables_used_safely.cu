@@ -1,0 +1,36 @@
+// Known good (first_add), though unusual: __device__ and __constant__ variables used without a race. A constant
+// scale every thread reads; a launch counter only atomics touch; a slot per block that only its own thread 0
+// writes and reads back. Checking the accesses to __device__ variables must not make such a kernel wrong.
+#define SLOTS 65536
+
+__constant__ float scale = 1.0f;
+__device__ unsigned int launches = 0, blocks_seen;
+__device__ float block_sums[SLOTS];
+
+__global__ void reduce_first_add(const float *g_in, float *g_out, unsigned int n)
+{
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * (2 * blockDim.x) + threadIdx.x;
+    float sum = (i < n) ? g_in[i] : 0.0f;
+    if (i + blockDim.x < n) {
+        sum += g_in[i + blockDim.x];
+    }
+    sdata[tid] = sum * scale;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            sdata[tid] += sdata[tid + s];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        if (blockIdx.x == 0) {
+            atomicAdd(&launches, 1u);
+        }
+        atomicAdd(&blocks_seen, 1u);
+        unsigned int slot = blockIdx.x % SLOTS;
+        block_sums[slot] = sdata[0];
+        g_out[blockIdx.x] = block_sums[slot];
+    }
+}
