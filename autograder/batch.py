@@ -30,7 +30,7 @@ import pandas as pd
 
 from autograder.errors import GraderError
 from autograder.executors import close_kept
-from autograder.grade import GradeOptions, grade_notebook, no_notebook
+from autograder.grade import GradeOptions, grade_notebook, no_notebook, settings_label
 from autograder.isolation import Worker
 from autograder.memo import grader_version
 from autograder.records import StudentResult, from_dict, to_dict
@@ -352,6 +352,7 @@ def grade_submission(
     gpu = placement.chosen()
     if gpu is not None:
         options = replace(options, backend_options={**options.backend_options, "device_index": gpu})
+    before = _sha256(submission.notebook)
     try:
         if submission.notebook is None:
             result = no_notebook(submission.student, options, submission.problem or "no notebook")
@@ -359,8 +360,11 @@ def grade_submission(
             result = grade_notebook(submission.notebook, submission.student, options, share=share, sessions=sessions)
     except Exception as error:  # a bug in the grader must not stop the class
         return submission.student, None, f"{error!r}\n{traceback.format_exc()}"
-    stamped = replace(submission.stamp(result), gpu=gpu, notebook_sha256=_sha256(submission.notebook))
-    return submission.student, stamped, None
+    if _sha256(submission.notebook) != before:  # handed in again while it was graded: which file was read?
+        changed = "the notebook changed while it was graded: these grades may be of the earlier file"
+        result = replace(result, problems=(*result.problems, changed))  # and no hash: --resume grades it again
+        return submission.student, replace(submission.stamp(result), gpu=gpu), None
+    return submission.student, replace(submission.stamp(result), gpu=gpu, notebook_sha256=before), None
 
 
 def _sha256(path: Path | None) -> str:
@@ -393,6 +397,7 @@ def _still_valid(result: StudentResult, submission: Submission, options: GradeOp
         and result.rubric == options.rubric.label
         and result.grader_version == grader_version()
         and result.seed == options.seed
+        and result.settings == settings_label(options)
         and result.isolation == Sandbox(options.sandbox).label
         and options.backend in ("auto", result.device.backend)
     )

@@ -54,6 +54,19 @@ class GradeOptions:
         return self if self.seed is not None else replace(self, seed=secrets.randbits(63))
 
 
+def settings_label(options: GradeOptions) -> str:
+    """What `options` change of a full grading that decides verdicts ("" for none): --resume keeps a result only
+    from a run with the same settings, so a `--quick` run's grades never stand for a full run's."""
+    changed = [name for name, on in (("quick", options.quick), ("no speed", not options.measure_speed),
+                                     ("no race checks", not options.race_checks)) if on]
+    limits = (options.case_seconds, options.per_element_seconds)
+    if limits != (GradeOptions.case_seconds, GradeOptions.per_element_seconds):
+        changed.append(f"case limits {limits[0]:g} s + {limits[1]:g} s an element")
+    if options.calibration_dirs:
+        changed.append(f"calibrations from {', '.join(path.name for path in options.calibration_dirs)}")
+    return ", ".join(changed)
+
+
 Progress = Callable[[str], None]
 
 
@@ -173,6 +186,7 @@ def _student(
         stages=stages,
         problems=problems,
         isolation=Sandbox(options.sandbox).label,
+        settings=settings_label(options),
         grader_version=grader_version(),
         grader_errors=grader_errors,
     )

@@ -254,7 +254,8 @@ class StudentResult:
     problems: tuple[str, ...] = ()  # notebook-level problems: unreadable file, duplicated cells, ...
     isolation: str = ""  # how its code was isolated: "bubblewrap+seccomp", or "none (--no-sandbox)"
     gpu: int | None = None  # the GPU its stages were timed on, in a class graded on several
-    notebook_sha256: str = ""  # of the notebook file graded: --resume regrades a changed one
+    notebook_sha256: str = ""  # of the notebook file graded ("" where it changed meanwhile): --resume regrades it
+    settings: str = ""  # what the run changed of a full grading (grade.settings_label): "quick", "no speed", ...
     grader_version: str = ""
     # Failures of the grader itself while grading this student, with their tracebacks, for the staff (never
     # shown to the student): the stages they touched say so, and --resume grades the student again.

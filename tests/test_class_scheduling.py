@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -16,7 +17,7 @@ from pathlib import Path
 import dask
 import pytest
 
-from autograder import schedule
+from autograder import batch, schedule
 from autograder.batch import ClassOptions, grade_class
 from autograder.build import Builder, reference_build
 from autograder.executors import StudentWorkers
@@ -145,6 +146,45 @@ def test_resume_regrades_a_changed_notebook_and_a_changed_rubric(klass: Path, se
     fixed = replace(OPTIONS, rubric=replace(OPTIONS.rubric, sha256="f1" * 32))  # the rubric file changed
     regraded = grade_class(folder, out, fixed, spread=ClassOptions(resume=True))
     assert {r.rubric for r in regraded.results} == {fixed.rubric.label} != {OPTIONS.rubric.label}
+
+
+def test_resume_keeps_only_results_of_a_run_with_the_same_settings(tmp_path: Path) -> None:
+    # A --quick or --no-speed run's grades never stand for a full run's: the case that only a full run has may
+    # be the one a kernel fails.
+    folder = tmp_path / "class"
+    folder.mkdir()
+    shutil.copy(EXAMPLES / "grace.ipynb", folder)
+    quick = grade_class(folder, tmp_path / "out", OPTIONS)
+    assert quick.results[0].settings == "quick, no speed"
+    fuller = replace(OPTIONS, measure_speed=True)
+    again = grade_class(folder, tmp_path / "out", fuller, spread=ClassOptions(resume=True))
+    assert again.results[0].settings == "quick"  # graded again, by this run
+    kept = grade_class(folder, tmp_path / "out", fuller, spread=ClassOptions(resume=True))
+    assert kept.results == again.results  # the same settings: kept as it was, its start time too
+
+
+def test_a_notebook_handed_in_again_while_it_is_graded_is_graded_again_on_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its result cannot tell which file it graded: it says so, and holds no hash for --resume to keep it by.
+    folder = tmp_path / "class"
+    folder.mkdir()
+    shutil.copy(EXAMPLES / "grace.ipynb", folder / "bob.ipynb")
+    grade = batch.grade_notebook
+
+    def handed_in_again(path: Path, *args, **kwargs):
+        result = grade(path, *args, **kwargs)
+        shutil.copy(EXAMPLES / "bob.ipynb", path)
+        return result
+
+    monkeypatch.setattr(batch, "grade_notebook", handed_in_again)
+    first = grade_class(folder, tmp_path / "out", OPTIONS).results[0]
+    assert first.notebook_sha256 == "" and "changed while it was graded" in first.problems[-1]
+    monkeypatch.undo()
+    resumed = grade_class(folder, tmp_path / "out", OPTIONS, spread=ClassOptions(resume=True)).results[0]
+    alone = grade_class(folder, tmp_path / "alone", OPTIONS).results[0]
+    assert grades((resumed,)) == grades((alone,)) != grades((first,))
+    assert resumed.notebook_sha256 == hashlib.sha256((folder / "bob.ipynb").read_bytes()).hexdigest()
 
 
 def test_students_are_spread_round_robin_over_the_gpus() -> None:
