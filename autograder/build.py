@@ -146,9 +146,16 @@ def _kernel_line(stage: Stage, text: str) -> int | None:
 
 
 def _relocated(build: Build, source: KernelSource) -> Build:
-    offset = (source.cell_line(1) or 1) - (build.source.cell_line(1) or 1)
-    warnings = tuple(replace(m, line=m.line + offset if m.line is not None else None) for m in build.warnings)
-    return replace(build, source=source, warnings=warnings)
+    """`build`, made of the same text as `source`, with its warnings on `source`'s cell lines."""
+    lines = range(1, build.source.text.count("\n") + 2)
+    kernel_lines = {}  # cell line of the build's source -> kernel line (the first, where several share one)
+    for line in reversed(lines):
+        kernel_lines[build.source.cell_line(line)] = line
+
+    def moved(cell_line: int | None) -> int | None:
+        return None if cell_line is None else source.cell_line(kernel_lines.get(cell_line, cell_line))
+
+    return replace(build, source=source, warnings=tuple(replace(m, line=moved(m.line)) for m in build.warnings))
 
 
 def _build_function(device: DeviceInfo, sandbox: Sandbox, options: dict[str, Any]) -> BuildFunction:

@@ -18,11 +18,16 @@ The cell format (the released notebook and the example hand-ins follow it):
 from __future__ import annotations
 
 import ast
+import codecs
 import errno
+import io
 import json
 import os
+import re
 import stat
 import sys
+import tokenize
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +47,23 @@ import nbformat.reader  # noqa: E402
 NBGRADER_SCHEMA_VERSION = 3
 MAX_NOTEBOOK_BYTES = 32 << 20  # a notebook with its outputs cleared is a few hundred KiB
 MAX_CELL_CHARS = 200_000  # a kernel cell holds a few KiB; parsing a giant one would only cost time
+# What a notebook's JSON may hold, counted before it is parsed (_refuse_too_many_items). The released notebook
+# holds 168 objects and lists and about 1 000 values (commas); one with 30 MB of text outputs, 51 and 300 000
+# (a value a line). Jupyter writes each line of a source or an output as one string on a line of its own, at
+# least 10 bytes in a notebook's indentation, so a 32 MiB notebook it saved holds at most about 3.4 million
+# values; objects and lists come a few to a cell or output, and 500 000 leave room for 20 000 cells. At these
+# bounds a parse takes at most about 250 MB and 2 s (objects) or 300 MB and 1.5 s (values); a bomb of empty
+# objects under MAX_NOTEBOOK_BYTES took 5.7 GB and 41 s.
+MAX_JSON_CONTAINERS = 500_000
+MAX_JSON_VALUES = 4_000_000
+# What the text of a string literal has besides plain characters: its escapes (those Python decodes; an unknown one
+# such as \\q is plain text), a backslash-newline and a newline. An r-string has only newlines.
+_STRING_PARTS = re.compile(
+    r"\\(?:N\{[^}]*\}|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|[\n\\'\"abfnrtv])|\n"
+)
+_RAW_STRING_PARTS = re.compile(r"\n")
+# A JSON string, escapes and all; an unterminated one runs to the end of the text, so no text makes it backtrack.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -78,9 +100,14 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
         raise NotebookError(f"{name}: larger than {MAX_NOTEBOOK_BYTES >> 20} MiB; clear the outputs and save it again")
     try:
         text = raw.decode("utf-8-sig")  # a byte order mark, which some editors write, is no part of the JSON
-        if not isinstance(json.loads(text), dict):
+        _refuse_too_many_items(name, text)
+        document = json.loads(text)  # parsed once: nbformat.reader.reads would parse it again
+        if not isinstance(document, dict):
             raise NotebookError(f"{name}: not a readable notebook (its JSON is not an object with a list of cells)")
-        notebook = nbformat.reader.reads(text)
+        major, minor = nbformat.reader.get_version(document)
+        if major not in nbformat.versions:
+            raise nbformat.NBFormatError(f"unsupported nbformat version {major}")
+        notebook = nbformat.versions[major].to_notebook_json(document, minor=minor)
     except NotebookError:
         raise
     except UnicodeDecodeError:
@@ -100,6 +127,26 @@ def _read_regular_file(path: Path) -> bytes | None:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             return None
         return file.read(MAX_NOTEBOOK_BYTES + 1)
+
+
+def _refuse_too_many_items(name: str, text: str) -> None:
+    """Refuse, before parsing it, JSON that would hold far more objects, lists or values than a notebook does
+    (MAX_JSON_CONTAINERS, MAX_JSON_VALUES): a parsed empty object costs about 490 bytes and 3 microseconds.
+
+    Counted at C speed on the text with its strings taken out: a comma stands for one value more, a brace or a
+    bracket for one object or list.
+    """
+    structure = _JSON_STRING.sub("", text)
+    counts = (
+        (structure.count("{") + structure.count("["), MAX_JSON_CONTAINERS, "objects and lists"),
+        (structure.count(","), MAX_JSON_VALUES, "values"),
+    )
+    for count, bound, what in counts:
+        if count > bound:
+            raise NotebookError(
+                f"{name}: not a readable notebook (its JSON holds {count:,} {what}, more than the {bound:,} a "
+                "notebook may hold; clear the outputs and save it again)"
+            )
 
 
 def _unreadable_reason(error: Exception) -> str:
@@ -156,20 +203,28 @@ def _stage_cell(path: Path, notebook: nbformat.NotebookNode, stage_id: str, indi
         problem = f"{where}: {len(cell['source'])} characters, more than the {MAX_CELL_CHARS} a kernel cell may hold"
         return StageCell(stage_id, None, problem, attempted=True)
     try:
-        text, first_line = kernel_literal(cell["source"])
+        text, cell_lines = kernel_literal_lines(cell["source"])
     except NotebookError as error:
         return StageCell(stage_id, None, f"{where}: {error}", attempted=True)
     if is_untouched(stage_id, text):
         return StageCell(stage_id, None, None, attempted=False)
-    location = SourceLocation(notebook=path.name, grade_id=stage_id, cell_index=index, first_line=first_line)
+    location = SourceLocation.of_lines(path.name, stage_id, index, cell_lines)
     return StageCell(stage_id, KernelSource(text=text, location=location), None, attempted=True)
 
 
 def kernel_literal(cell_source: str) -> tuple[str, int]:
-    """The string literal a kernel cell assigns, and the cell line its first line is on.
+    """The string literal a kernel cell assigns, and the cell line its first line is on (kernel_literal_lines)."""
+    text, cell_lines = kernel_literal_lines(cell_source)
+    return text, cell_lines[0]
+
+
+def kernel_literal_lines(cell_source: str) -> tuple[str, tuple[int, ...]]:
+    """The string literal a kernel cell assigns, and the cell line each of its lines starts on.
 
     Raises NotebookError naming the line when the cell is not exactly one string-literal assignment.
     """
+    # Python reads a carriage return, alone or before a newline, as a newline, inside strings too: so does the map.
+    cell_source = cell_source.replace("\r\n", "\n").replace("\r", "\n")
     try:
         tree = ast.parse(cell_source)
     except SyntaxError as error:
@@ -205,7 +260,61 @@ def kernel_literal(cell_source: str) -> tuple[str, int]:
                 f"line {value.lineno}: the kernel holds a character that is not valid Unicode (a lone surrogate, "
                 "from an escape such as \\ud800); delete it"
             ) from None
-    return value.value, value.lineno
+    return value.value, _line_starts(_assigned_strings(cell_source))
+
+
+def _assigned_strings(cell_source: str) -> list[tokenize.TokenInfo]:
+    """The tokens of the string literals a kernel cell assigns (one, or several side by side): those after its
+    last `=`, since what follows that is the value, which holds no `=`."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(cell_source).readline))
+    except (tokenize.TokenError, SyntaxError):  # the cell parsed, so not expected: still a verdict, never a crash
+        raise NotebookError("the cell cannot be read as Python tokens") from None
+    assignment = max(index for index, token in enumerate(tokens) if token.exact_type == tokenize.EQUAL)
+    return [token for token in tokens[assignment + 1 :] if token.type == tokenize.STRING]
+
+
+def _line_starts(strings: list[tokenize.TokenInfo]) -> tuple[int, ...]:
+    """The cell line each line of the text of `strings` starts on: that of its first character, or of the
+    newline that ends it where it is empty (the last line: the closing quote's)."""
+    starts: list[int] = []
+    line_started = False
+    for token in strings:
+        for is_newline, cell_line in _string_parts(token):
+            if not line_started:
+                starts.append(cell_line)
+            line_started = not is_newline
+    if not line_started:
+        starts.append(strings[-1].end[0])
+    return tuple(starts)
+
+
+def _string_parts(token: tokenize.TokenInfo) -> Iterator[tuple[bool, int]]:
+    """For each part of a string literal's text, in order: whether it is a newline, and the cell line it is on.
+
+    A newline of the cell inside triple quotes is one of the text too; an escape such as \\n is one on the same
+    cell line; a backslash-newline (outside an r-string) is a cell line and no text.
+    """
+    literal = token.string
+    prefix = len(literal) - len(literal.lstrip("rRuU"))
+    quotes = 3 if literal[prefix : prefix + 3] in ('"""', "'''") else 1
+    body = literal[prefix + quotes : len(literal) - quotes]
+    parts = _RAW_STRING_PARTS if "r" in literal[:prefix].lower() else _STRING_PARTS
+    cell_line = token.start[0]
+    done = 0
+    for part in parts.finditer(body):
+        if part.start() > done:
+            yield False, cell_line
+        done = part.end()
+        if part.group() == "\\\n":
+            cell_line += 1
+        elif part.group() == "\n":
+            yield True, cell_line
+            cell_line += 1
+        else:
+            yield codecs.decode(part.group(), "unicode_escape") == "\n", cell_line
+    if done < len(body):
+        yield False, cell_line
 
 
 def is_untouched(stage_id: str, text: str) -> bool:

@@ -35,16 +35,34 @@ class PerfVerdict(StrEnum):
 
 @dataclass(frozen=True)
 class SourceLocation:
-    """Where a kernel's source came from, so messages can name the notebook cell and line."""
+    """Where a kernel's source came from, so messages can name the notebook cell and line.
+
+    A kernel in an r-string of triple quotes has one cell line per source line, from `first_line` on. Other string
+    forms do not: a string with \\n escapes holds several source lines on one cell line, and a backslash-newline
+    or several literals side by side put cell lines where the source has none. `line_starts` then holds the
+    cell line each source line starts on (autograder.notebook.kernel_literal_lines).
+    """
 
     notebook: str
     grade_id: str
     cell_index: int  # 0-based index of the cell in the notebook
     first_line: int  # the cell line (1-based) that holds the kernel source's first line
+    line_starts: tuple[int, ...] = ()  # the cell line each source line starts on; () where one follows another
+
+    @classmethod
+    def of_lines(cls, notebook: str, grade_id: str, cell_index: int, cell_lines: tuple[int, ...]) -> SourceLocation:
+        """The location of a kernel whose source line i starts on cell line `cell_lines[i - 1]`."""
+        first = cell_lines[0]
+        regular = cell_lines == tuple(range(first, first + len(cell_lines)))
+        return cls(notebook, grade_id, cell_index, first, () if regular else cell_lines)
 
     def cell_line(self, source_line: int) -> int:
         """The line of the notebook cell that holds line `source_line` (1-based) of the kernel source."""
-        return self.first_line + source_line - 1
+        if not self.line_starts or source_line < 1:
+            return self.first_line + source_line - 1
+        # A line past the end (a compiler's "at end of input") counts on from the last one.
+        last = len(self.line_starts)
+        return self.line_starts[min(source_line, last) - 1] + max(0, source_line - last)
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,10 @@ class KernelSource:
         if source_line is None or self.location is None:
             return source_line
         return self.location.cell_line(source_line)
+
+    def placement(self) -> tuple[int | None, tuple[int, ...]]:
+        """Where its lines lie in the cell, as far as messages tell: part of a memo key for what names lines."""
+        return self.cell_line(1), self.location.line_starts if self.location else ()
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from autograder import technique
 from autograder.errors import GraderError, NotebookError
 from autograder.grade import GradeOptions, grade_stages
 from autograder.isolation import Worker
-from autograder.notebook import is_untouched, kernel_literal
+from autograder.notebook import is_untouched, kernel_literal_lines
 from autograder.records import (
     DeviceInfo,
     KernelSource,
@@ -192,39 +192,41 @@ def _kernel(stage: Stage, source: str) -> tuple[KernelSource | None, tuple[str, 
     """The kernel as the grader will see it, and notes on how the cell must look for that."""
     if is_untouched(stage.id, source):
         return None, ()
-    first_line = _cell_line_of(source)
-    if first_line is None:
+    cell_lines = _cell_lines_of(source)
+    if cell_lines is None:
         note = (
             "the grader reads the kernel cell's string without running it, and no cell run in this session "
             'assigns this kernel as one plain string literal: keep the kernel cell a single `NAME = r"""..."""`'
         )
         return KernelSource(text=source), (note,)
-    location = SourceLocation(notebook="this notebook", grade_id=stage.id, cell_index=-1, first_line=first_line)
+    location = SourceLocation.of_lines("this notebook", stage.id, -1, cell_lines)
     return KernelSource(text=source, location=location), ()
 
 
-def _cell_line_of(source: str) -> int | None:
-    """The cell line the kernel starts on, from the latest input of this IPython session that assigns it.
+def _cell_lines_of(source: str) -> tuple[int, ...] | None:
+    """The cell line each line of the kernel starts on, from the latest input of this IPython session that
+    assigns it (notebook.kernel_literal_lines).
 
     None when no input holds it as the grader needs it (an f-string, a file read, ...). Outside IPython there
-    are no cells: 1, so lines are counted in the kernel string.
+    are no cells: line i is line i, so lines are counted in the kernel string.
     """
+    counted = tuple(range(1, source.count("\n") + 2))
     try:
         from IPython import get_ipython
     except ImportError:
-        return 1
+        return counted
     shell = get_ipython()
     if shell is None:
-        return 1
+        return counted
     for entry in reversed(shell.user_ns.get("In", [])):
         if not isinstance(entry, str) or "=" not in entry:
             continue
         try:
-            text, first_line = kernel_literal(entry)
+            text, cell_lines = kernel_literal_lines(entry)
         except NotebookError:
             continue
         if text == source:
-            return first_line
+            return cell_lines
     return None
 
 

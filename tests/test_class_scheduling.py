@@ -187,6 +187,28 @@ def test_a_notebook_handed_in_again_while_it_is_graded_is_graded_again_on_resume
     assert resumed.notebook_sha256 == hashlib.sha256((folder / "bob.ipynb").read_bytes()).hexdigest()
 
 
+def test_one_kernel_in_two_string_forms_gets_each_students_own_lines_from_the_class_memo(tmp_path: Path) -> None:
+    # The same kernel text, starting on the same cell line: as an r-string (a line a line) and as one line of \n
+    # escapes (every line on cell line 1). The second student's findings and warnings, from the class memo and
+    # the build cache, must name its own cell's lines.
+    kernel = (EXAMPLES.parent.parent / "tests" / "cpu_kernels" / "bug_missing_bounds.cu").read_text()
+    kernel = kernel.split("\n", 1)[1].replace("{\n", "{\n#warning a warning on line 3\n", 1)
+    forms = {"raw": f'SEQUENTIAL_SOURCE = r"""{kernel}"""\n', "escaped": f"SEQUENTIAL_SOURCE = {json.dumps(kernel)}\n"}
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for student, cell_source in forms.items():
+        notebook = json.loads((EXAMPLES / "grace.ipynb").read_text())
+        (cell,) = (c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "sequential")
+        cell["source"] = cell_source
+        (folder / f"{student}.ipynb").write_text(json.dumps(notebook))
+    results = {r.student: r for r in grade_class(folder, tmp_path / "out", OPTIONS).results}
+    stages = {student: next(s for s in r.stages if s.stage == "sequential") for student, r in results.items()}
+    load = kernel.split("\n").index("    sdata[tid] = g_in[i];") + 1
+    assert {f.kind: f.line for f in stages["raw"].findings} == {"out_of_bounds": load}
+    assert {f.kind: f.line for f in stages["escaped"].findings} == {"out_of_bounds": 1}
+    assert [m.line for m in stages["raw"].compiler] == [3] and [m.line for m in stages["escaped"].compiler] == [1]
+
+
 def test_students_are_spread_round_robin_over_the_gpus() -> None:
     assert [p.chosen() for p in place(5, (0, 1))] == [0, 1, 0, 1, 0]
     assert [p.chosen() for p in place(2, ())] == [None, None]

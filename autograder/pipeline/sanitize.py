@@ -38,7 +38,7 @@ def sanitize_stages(run: StudentRun, works: list[StageWork]) -> None:
         return
     keys = {
         item.stage.id: StageMemo.key(
-            "sanitizer", item.stage.id, item.source.text, item.source.cell_line(1), run.rubric.block_size,
+            "sanitizer", item.stage.id, item.source.text, item.source.placement(), run.rubric.block_size,
             run.worker.device, run.options.sandbox, grader_version(),
         )
         for item in ran

@@ -102,7 +102,7 @@ def _prepare(
     memo = run.memo
     key = checked_key = None
     if memo is not None:
-        key = StageMemo.key(stage.id, source.text, source.cell_line(1), own.text if own else "reference", *_run(run))
+        key = StageMemo.key(stage.id, source.text, source.placement(), own.text if own else "reference", *_run(run))
         kept = memo.get(key)
         if kept is not None:
             return replace(kept, phases=())  # graded before: this student's stage cost no compile, check or timing
@@ -140,7 +140,7 @@ def _run(run: StudentRun) -> tuple:
 
 def _checked_key(run: StudentRun, stage: Stage, source: KernelSource) -> str:
     """Where the class memo keeps what a stage's checks found, which does not depend on its baseline."""
-    return StageMemo.key("checked", stage.id, source.text, source.cell_line(1), *_run(run))
+    return StageMemo.key("checked", stage.id, source.text, source.placement(), *_run(run))
 
 
 def _unchecked(
