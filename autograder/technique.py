@@ -17,7 +17,7 @@ deterministically, from two sources:
 | first_add | elements per thread: the launch contract | 1 -> 2 |
 | unrolled_warp | block barriers per block, at most log2(block) - 2 | 9 -> 3 |
 | shuffle | shuffles in the PTX, and run per block: at least 1 | 0 -> 5 |
-| | shared-memory requests per block one warp makes alone, at most 4 | 12 -> 2 |
+| | shared-memory requests per block one warp makes alone, at most 6 | 12 -> 2 |
 | max2d | 32-byte sectors per whole-warp global load, at most 6.5 | 8.7 -> 4.9 |
 
 (Figures at block size 256; the ones that depend on the block size are functions of it below.) first_add's
@@ -191,7 +191,7 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "cpu",
             _per_block("lone_shared_requests"),
             at_most=True,
-            threshold=_constant(4),
+            threshold=_constant(6),  # a tree step of one warp (3 requests) before its shuffles passes
             reference=_constant(2),
             previous=_constant(12),
         ),

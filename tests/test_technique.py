@@ -172,7 +172,11 @@ def test_a_kernel_without_its_stage_technique_fails_the_measurement(
 
 @pytest.mark.parametrize(
     ("stage_id", "name"),
-    [("unrolled_warp", "unrolled_warp_loop"), ("shuffle", "shuffle_every_warp")],
+    [
+        ("unrolled_warp", "unrolled_warp_loop"),
+        ("shuffle", "shuffle_every_warp"),
+        ("shuffle", "shuffle_after_one_more_tree_step"),
+    ],
 )
 def test_another_way_to_the_same_technique_passes(cpu: CpuBackend, stage_id: str, name: str) -> None:
     checks = checks_of(cpu, stage_id, (KERNELS / f"{name}.cu").read_text())
