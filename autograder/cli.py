@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -81,6 +82,21 @@ _grading_options = [
 ]
 
 
+def _writable_folder(context: click.Context, parameter: click.Parameter, folder: Path | None) -> Path | None:
+    """An --out folder that is there or can be made, and can be written: checked before any work, so that a bad
+    one is a usage error at once, not a traceback after grading a class."""
+    if folder is None:
+        return None
+    existing = folder
+    while not existing.exists() and not existing.is_symlink():  # ends at "." or "/" at the latest
+        existing = existing.parent
+    if not existing.is_dir():
+        raise click.BadParameter(f"{existing} is not a folder, so {folder} cannot be made", context, parameter)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"{existing} cannot be written (read-only, or no permission)", context, parameter)
+    return folder
+
+
 def grading_options(function):
     for option in reversed(_grading_options):
         function = option(function)
@@ -94,6 +110,7 @@ def grading_options(function):
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("results"),
     show_default=True,
+    callback=_writable_folder,
     help="Folder for <student>.json results and grades.csv.",
 )
 @click.option("--assignment", help="The assignment folder to take in nbgrader's layout (e.g. reduction).")
@@ -286,7 +303,7 @@ def _publish(module: str, **options: object) -> None:
 
 @cli.command()
 @_results_argument
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), callback=_writable_folder,
               help="Folder for leaderboard.{csv,md,html} and leaderboard-open.csv (default: RESULTS/leaderboard).")
 @click.option("--pseudonyms/--real-names", default=True, show_default=True,
               help="Publish stable pseudonyms instead of student ids.")
@@ -308,7 +325,7 @@ def leaderboard(results: Path, out: Path | None, pseudonyms: bool, salt: str | N
 
 @cli.command()
 @_results_argument
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), callback=_writable_folder,
               help="Folder for <student>.md and <student>.html (default: RESULTS/feedback).")
 @click.option("--student", "students", multiple=True, help="Only this student (repeatable).")
 @_salted
@@ -320,7 +337,7 @@ def feedback(results: Path, out: Path | None, students: tuple[str, ...], salt: s
 
 @cli.command()
 @_results_argument
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), callback=_writable_folder,
               help="Folder for gradescope/<student>/results.json and gradebook.csv (default: RESULTS/exports).")
 @click.option("--gradescope/--no-gradescope", default=True, show_default=True, help="Gradescope results.json files.")
 @click.option("--gradebook/--no-gradebook", default=True, show_default=True, help="The LMS gradebook CSV.")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -87,3 +91,39 @@ def test_usage_errors_name_the_problem(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "does not exist" in result.output
     result = CliRunner().invoke(cli, ["grade", str(tmp_path), "--backend", "tpu"])
     assert result.exit_code == 2 and "'tpu' is not one of" in result.output
+
+
+def test_an_out_folder_under_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    for out in ("afile", "afile/sub", "afile/sub/deeper"):
+        result = CliRunner().invoke(cli, ["grade", str(tmp_path), "--out", str(tmp_path / out), "--backend", "cpu"])
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+        assert "Invalid value for '--out'" in result.output and "afile" in result.output
+
+
+def test_a_read_only_out_folder_is_a_usage_error_before_any_grading(tmp_path: Path) -> None:
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(), submissions / "nobody.ipynb")
+    out = tmp_path / "read-only"
+    out.mkdir()
+    command = [sys.executable, "-m", "autograder.cli", "grade", str(submissions), "--out", str(out),
+               "--backend", "cpu", "--quick"]
+    if os.geteuid() != 0:
+        out.chmod(0o555)
+    else:  # root writes through permissions: make the folder a read-only mount in a mount namespace of its own
+        remount = f"mount --bind {out} {out} && mount -o remount,ro,bind {out} {out}"
+        if subprocess.run(["unshare", "-m", "sh", "-c", remount], capture_output=True).returncode != 0:
+            pytest.skip("no mount namespace here to make a read-only folder for root")
+        command = ["unshare", "-m", "sh", "-c", f"{remount} && exec {shlex.join(command)}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr
+    assert f"Invalid value for '--out': {out} cannot be written" in done.stderr and "Traceback" not in done.stderr
+    assert "grading" not in done.stderr  # refused before the class was graded
+
+
+def test_the_results_of_a_run_can_be_published(graded, tmp_path: Path) -> None:
+    _, out = graded  # the grader's own result files pass the publishing commands' checks
+    for command in ("leaderboard", "feedback", "export"):
+        result = CliRunner().invoke(cli, [command, str(out), "--out", str(tmp_path / command)])
+        assert result.exit_code == 0, result.output

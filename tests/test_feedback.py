@@ -5,12 +5,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
+from markdown_view import elements, shown_text
 from publish_class import make_class, write_results
 
 from autograder.cli import cli
 from autograder.publish import feedback
 from autograder.publish.pseudonyms import SALT_FILE, pseudonym
+from autograder.publish.render import markdown_text
+from autograder.records import KernelMetrics, LineMetric, StudentResult
 
 
 def student(name: str):
@@ -40,6 +44,7 @@ def test_failed_sizes_findings_and_points_are_spelled_out(tmp_path: Path) -> Non
     assert {p.name for p in written} == {"linus.md", "linus.html", "linus-speedups.svg"}
     for page in ("linus.md", "linus.html"):
         text = (tmp_path / page).read_text()
+        text = shown_text(text) if page.endswith(".md") else text  # what a Markdown viewer shows
         assert "257x3 random" in text and "65535x3 random" in text and "n=257" not in text  # only failed cases
         assert "clamp the index instead of skipping it" in text  # the hint
         assert "race syncwarp" in text and "lanes 0 and 16 touch sdata[16]" in text
@@ -105,3 +110,55 @@ def test_the_feedback_command(tmp_path: Path) -> None:
     assert default.exit_code == 0 and (results / "feedback" / "ada.html").exists()
     unknown = runner.invoke(cli, ["feedback", str(results), "--student", "nobody"])
     assert unknown.exit_code == 1 and "no results for nobody" in unknown.output
+
+
+# Student-controlled text that a Markdown viewer allowing HTML would run or turn into a link, if copied raw.
+HOSTILE = ("<img src=x onerror=alert(1)>", "<script>alert(3)</script>", "[x](javascript:alert(2))",
+           "</code></pre>", "![i](x.png) *em* _em_ # head | cell ~~gone~~ `tick` & \\")
+
+
+def hostile_twin(result: StudentResult, text: str) -> StudentResult:
+    """`result` with `text` in every piece of text the student controls: the id, the notebook's name, the
+    compiler's messages, the findings and the kernel's lines, and the messages that quote them."""
+    stages = []
+    for stage in result.stages:
+        compiler = tuple(dataclasses.replace(m, text=f"static assertion failed: {text}") for m in stage.compiler)
+        findings = tuple(dataclasses.replace(f, message=f"{f.message} {text}", kernel=text) for f in stage.findings)
+        stages.append(dataclasses.replace(stage, message=f"{stage.message} {text}", compiler=compiler,
+                                          findings=findings, hint=stage.hint and f"{stage.hint} {text}"))
+    return dataclasses.replace(result, student=text, notebook=f"{text}.ipynb", stages=tuple(stages),
+                               problems=(f"a cell is duplicated: {text}",))
+
+
+def test_the_rule_for_student_text_in_markdown() -> None:
+    text = "jane_doe ran __syncthreads() in a*b [x](y) <b> & | # ~ \\ `z`\n\n# not a heading"
+    assert markdown_text(text) == ("jane_doe ran \\_\\_syncthreads() in a\\*b \\[x\\](y) &lt;b&gt; &amp; \\| \\# \\~ "
+                                   "\\\\ \\`z\\` \\# not a heading")
+
+
+@pytest.mark.parametrize("payload", HOSTILE)
+def test_student_text_in_the_markdown_page_is_inert(tmp_path: Path, payload: str) -> None:
+    plain, hostile = tmp_path / "plain", tmp_path / "hostile"
+    for name in ("grace", "linus"):  # a compile error, and a race finding with the kernel's name
+        result = student(name)
+        feedback.write_feedback(feedback.build_page(hostile_twin(result, "x")), plain, name)
+        feedback.write_feedback(feedback.build_page(hostile_twin(result, payload)), hostile, name)
+        markdown = (hostile / f"{name}.md").read_text()
+        # The page has the very elements of the same page without the payload: no image, script, link or
+        # emphasis came from the student's text, which shows as written (the notebook line is a code span).
+        assert elements(markdown) == elements((plain / f"{name}.md").read_text())
+        shown = shown_text(markdown)
+        assert shown.count(payload) >= 4, shown  # the title, the messages and their tables
+        assert f"Feedback: {payload}" in shown
+
+
+def test_ordinary_text_and_kernel_lines_read_as_written(tmp_path: Path) -> None:
+    line = LineMetric(19, "sdata[tid] += sdata[tid + s]; // a_b && c < d", 32, 96)
+    metrics = KernelMetrics((line,), 0.08, blocks=4)
+    result = student("barbara")
+    stages = (dataclasses.replace(result.stages[0], metrics=metrics), *result.stages[1:])
+    feedback.write_feedback(feedback.build_page(dataclasses.replace(result, stages=stages)), tmp_path)
+    markdown = (tmp_path / "barbara.md").read_text()
+    assert "sdata\\[tid\\] += sdata\\[tid + s\\]; // a_b &amp;&amp; c &lt; d" in markdown
+    assert "(sdata[tid] += sdata[tid + s]; // a_b && c < d): bank conflicts" in shown_text(markdown)
+    assert "Speed: not measured (the CPU backend does not time kernels)." in markdown  # no escapes needed

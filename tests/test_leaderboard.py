@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from markdown_view import elements, shown_text
 from publish_class import H200, STUDENTS, gpu_stage, gpu_student, make_class, write_results
 
 from autograder.calibration import Calibration, StageCalibration, write_calibration
@@ -232,3 +233,21 @@ def test_the_leaderboard_command(tmp_path: Path) -> None:
     assert open_board.loc[0, "cub_gbps"] == 4400
     failed = runner.invoke(cli, ["leaderboard", str(tmp_path / "out")])
     assert failed.exit_code == 1 and "no student result files" in failed.output
+
+
+@pytest.mark.parametrize("payload", ["<img src=x onerror=alert(1)>", "<script>alert(3)</script>",
+                                     "[x](javascript:alert(2))", "*em* _em_ ~~s~~ `t` # h | ![i](x.png)"])
+def test_real_names_in_the_markdown_board_are_inert(tmp_path: Path, payload: str) -> None:
+    def board_of_names(name: str, out: Path) -> str:
+        folder = tmp_path / f"{out.name}-results"
+        folder.mkdir()
+        for result in make_class():  # named by the grader's file stem: a payload may hold a slash
+            data = to_dict(dataclasses.replace(result, student=f"{name} {result.student}"))
+            (folder / f"{result.student}.json").write_text(json.dumps(data))
+        leaderboard.main(folder, out, use_pseudonyms=False, cub_gbps=4400.0)
+        return (out / "leaderboard.md").read_text()
+
+    markdown = board_of_names(payload, tmp_path / "hostile")
+    assert elements(markdown) == elements(board_of_names("x", tmp_path / "plain"))
+    assert f"{payload} ada" in shown_text(markdown)  # in the board and in the open stage's board
+    assert shown_text(markdown).count(payload) == 6 + 2

@@ -20,6 +20,7 @@ import pandas as pd
 from autograder import technique
 from autograder.publish.feedback import file_stems
 from autograder.publish.figures import StageFigures, all_figures, best_verified, case_value, fmt_number
+from autograder.publish.render import write_text
 from autograder.publish.results import load_results, results_folder
 from autograder.records import PerfVerdict, Status, StudentResult
 from autograder.spreadsheets import csv_text
@@ -194,14 +195,9 @@ def main(
     if gradescope:
         stems = file_stems([r.student for r in results])
         for result in results:
-            path = target / "gradescope" / stems[result.student] / "results.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
             data = gradescope_results(result, visibility)
-            path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-            written.append(path)
+            path = target / "gradescope" / stems[result.student] / "results.json"
+            written.append(write_text(path, json.dumps(data, indent=2) + "\n"))
     if lms:
-        target.mkdir(parents=True, exist_ok=True)
-        path = target / "gradebook.csv"
-        path.write_text(csv_text(gradebook(results), float_format="%g"), encoding="utf-8")
-        written.append(path)
+        written.append(write_text(target / "gradebook.csv", csv_text(gradebook(results), float_format="%g")))
     return written

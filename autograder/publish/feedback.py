@@ -16,7 +16,7 @@ from autograder import __version__, technique
 from autograder.batch import file_stem
 from autograder.publish.figures import StageFigures, all_figures, case_value, fmt_number, speed_series
 from autograder.publish.plots import Chart, stage_speedups
-from autograder.publish.pseudonyms import SALT_FILE, pseudonym
+from autograder.publish.pseudonyms import SALT_FILE, pseudonym, read_salt_file
 from autograder.publish.render import Table, render, write_text
 from autograder.publish.results import ResultsError, load_results, results_folder
 from autograder.records import CaseResult, PerfVerdict, StageResult, Status, StudentResult
@@ -194,10 +194,7 @@ def main(
             raise ResultsError(f"no results for {', '.join(unknown)} in {results_path}; the students there are: "
                                + ", ".join(r.student for r in results))
         results = [r for r in results if r.student in students]
-    known_salt = salt
-    salt_path = Path(salt_file) if salt_file else folder / SALT_FILE
-    if known_salt is None and salt_path.exists():
-        known_salt = salt_path.read_text(encoding="utf-8").strip() or None
+    known_salt = salt if salt is not None else read_salt_file(Path(salt_file or folder / SALT_FILE)) or None
     target = out or folder / "feedback"
     stems = file_stems([r.student for r in results])
     written: list[Path] = []

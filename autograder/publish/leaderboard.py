@@ -215,10 +215,8 @@ def write_leaderboard(
     pseudonymous: bool,
 ) -> list[Path]:
     """leaderboard.csv, leaderboard-open.csv, leaderboard.md and leaderboard.html in `out`."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = [out / "leaderboard.csv", out / "leaderboard-open.csv"]
-    for path, table in zip(written, (board.board, board.open_board), strict=True):
-        path.write_text(csv_text(table, float_format="%.6g"), encoding="utf-8")
+    written = [write_text(out / name, csv_text(table, float_format="%.6g"))
+               for name, table in (("leaderboard.csv", board.board), ("leaderboard-open.csv", board.open_board))]
     context = {
         "title": title,
         "version": __version__,

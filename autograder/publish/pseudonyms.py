@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -71,13 +72,38 @@ def resolve_salt(results_folder: Path, salt: str | None = None, salt_file: Path 
             raise PseudonymError("the pseudonym salt is empty; give a secret string, or leave --salt out")
         return salt
     path = Path(salt_file) if salt_file is not None else Path(results_folder) / SALT_FILE
-    if path.exists():
-        text = path.read_text(encoding="utf-8").strip()
+    text = read_salt_file(path)
+    if text is not None:
         if not text:
             raise PseudonymError(f"{path}: the pseudonym salt file is empty; delete it to make a new one")
         return text
     if salt_file is not None:
         raise PseudonymError(f"{path}: no such salt file; create it with a secret line, or leave --salt-file out")
     text = secrets.token_hex(16)
-    path.write_text(text + "\n", encoding="utf-8")
+    try:
+        with path.open("x", encoding="utf-8") as handle:  # "x": never through a link left in its place
+            handle.write(text + "\n")
+    except OSError as error:
+        raise PseudonymError(f"{path}: cannot keep a new pseudonym salt there ({error.strerror}); give the salt "
+                             "with --salt or --salt-file") from None
     return text
+
+
+def read_salt_file(path: Path) -> str | None:
+    """The salt kept in the file `path`, stripped ("" where it is empty), or None where there is no such file."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise PseudonymError(f"{path}: the salt file is a link to nothing; remove it") from None
+        return None
+    except OSError as error:
+        raise PseudonymError(f"{path}: cannot read the pseudonym salt file ({error.strerror})") from None
+    if not stat.S_ISREG(mode):  # a folder, or a FIFO that would block the command
+        raise PseudonymError(f"{path}: the pseudonym salt file is not a regular file; move it away, or give "
+                             "--salt-file")
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+        raise PseudonymError(f"{path}: cannot read the pseudonym salt file ({reason})") from None

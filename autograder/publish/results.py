@@ -1,20 +1,38 @@
 """Reading the per-student result files the grader writes, strictly.
 
-A result file is `to_dict(StudentResult)`. It is read back with `from_dict` and then written out again: the
-two must be equal, so a renamed, missing or extra key anywhere in the file stops the run with the file and the
-key named, instead of quietly dropping a stage from a leaderboard.
+A result file is `to_dict(StudentResult)`. Before it is used, every field is checked against the records' types
+(a number where a number belongs, a string where a string does, finite points within their maximum, one entry
+per known stage), then it is read back with `from_dict` and written out again: the two must be equal. So a
+hand-edited, damaged or drifted file stops the run with the file and the key named, instead of quietly dropping
+a stage from a leaderboard or adding one twice to a gradebook. Files are read only when they are regular files
+of a bounded size, without following symbolic links, so a FIFO or a link in the folder cannot block or redirect
+a run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import math
-from collections.abc import Iterable
+import os
+import stat
+import types
+import typing
+from collections.abc import Callable, Iterable
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from autograder.errors import GraderError
-from autograder.records import StudentResult, from_dict, to_dict
+from autograder.records import CaseResult, DeviceInfo, Points, StudentResult, Timing, from_dict, to_dict
+from autograder.stages import STAGES
+
+MAX_RESULT_BYTES = 64 * 1024 * 1024  # a class's files are about 100 kB each
+INTEGER_LIMIT = 2**64  # a seed, a size, a count: anything larger was not written by the grader
+BACKENDS = ("gpu", "cpu")
+# A kernel's output may be NaN or infinite: that is data, and the case says it failed.
+KERNEL_VALUES = {(CaseResult, "expected"), (CaseResult, "got")}
 
 
 class ResultsError(GraderError):
@@ -28,9 +46,9 @@ def load_results(path: Path) -> list[StudentResult]:
     left alone; every file that is one must read back exactly. Results come sorted by student.
     """
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise ResultsError(f"{path}: no such file or folder; give the folder `autograder grade` wrote results to")
-    if path.is_file():
+    if not path.is_dir():
         results = [_read_result(path, _read_json(path))]
     else:
         results = []
@@ -55,14 +73,60 @@ def results_folder(path: Path) -> Path:
     return path if path.is_dir() else path.parent
 
 
+def read_plain_file(file: Path, limit: int) -> bytes:
+    """The bytes of `file`, a regular file of at most `limit` bytes; OSError, with the reason, otherwise.
+
+    A symbolic link is not followed, and opening a FIFO does not wait for a writer.
+    """
+    try:
+        descriptor = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link, which is not followed", str(file)) from None
+        raise
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a special file"
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(file))
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit and (chunk := os.read(descriptor, min(1 << 20, limit + 1 - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(descriptor)
+    if size > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit // (1024 * 1024)} MiB", str(file))
+    return b"".join(chunks)
+
+
 def _read_json(file: Path) -> Any:
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ResultsError(f"{file}: cannot read it as JSON ({error})") from error
+        return json.loads(read_plain_file(file, MAX_RESULT_BYTES).decode("utf-8"), object_pairs_hook=_unique_keys)
+    except OSError as error:
+        raise ResultsError(f"{file}: cannot read it ({error.strerror}); result files are the plain files "
+                           "`autograder grade` writes") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        # ValueError: bad JSON, a repeated key, or an integer too long to convert; RecursionError: too deep.
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise ResultsError(f"{file}: cannot read it as JSON ({reason})") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        data[key] = value
+    return data
 
 
 def _read_result(file: Path, data: Any) -> StudentResult:
+    problem = _problem(StudentResult, data, "")
+    if problem is not None:
+        raise ResultsError(f"{file}: {problem}; re-grade the student with this autograder version (the file was "
+                           "written by another version, or edited or damaged)")
     try:
         result = from_dict(StudentResult, data)
     except (TypeError, ValueError, KeyError, AttributeError) as error:
@@ -73,6 +137,133 @@ def _read_result(file: Path, data: Any) -> StudentResult:
         raise ResultsError(f"{file}: the result file does not match this version's records at {difference}; "
                            "re-grade with the same autograder version")
     return result
+
+
+def _problem(kind: Any, value: Any, where: str) -> str | None:
+    """What is wrong with `value` as JSON of the type `kind` ("at /stages/0/points/correctness: ..."), or None."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        inner = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+        return _problem(inner[0], value, where)
+    if origin is tuple:
+        if not isinstance(value, list):
+            return f"at {where or '/'}: a list is needed, not {_shown(value)}"
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(value)
+        elif len(args) != len(value):
+            return f"at {where}: {len(args)} items are needed, not {len(value)}"
+        return next(filter(None, (_problem(arg, item, f"{where}/{index}")
+                                  for index, (arg, item) in enumerate(zip(args, value, strict=True)))), None)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        names = [member.value for member in kind]
+        if isinstance(value, str) and value in names:
+            return None
+        return f"at {where}: one of {', '.join(names)} is needed, not {_shown(value)}"
+    if dataclasses.is_dataclass(kind):
+        return _record_problem(kind, value, where)
+    if kind is str:
+        return None if isinstance(value, str) else f"at {where}: a string is needed, not {_shown(value)}"
+    if kind is bool:
+        return None if isinstance(value, bool) else f"at {where}: true or false is needed, not {_shown(value)}"
+    if kind in (int, float):
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if kind is int and not whole:
+            return f"at {where}: a whole number is needed, not {_shown(value)}"
+        if not whole and not isinstance(value, float):
+            return f"at {where}: a number is needed, not {_shown(value)}"
+        if whole and abs(value) >= INTEGER_LIMIT:
+            return f"at {where}: {str(value)[:12]}... is out of range"
+        if not whole and not math.isfinite(value):
+            return f"at {where}: a finite number is needed, not {value!r}"
+        return None
+    return f"at {where}: cannot check a {kind}"  # a record field of a type this reader does not know: a bug
+
+
+def _record_problem(kind: type, value: Any, where: str) -> str | None:
+    if not isinstance(value, dict):
+        return f"at {where or '/'}: an object is needed, not {_shown(value)}"
+    fields = dataclasses.fields(kind)
+    names = {field.name for field in fields}
+    unknown = [key for key in value if key not in names]
+    if unknown:
+        return f"at {where}/{unknown[0]}: an unknown key"
+    hints = typing.get_type_hints(kind)
+    for field in fields:
+        key = f"{where}/{field.name}"
+        if field.name not in value:
+            required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+            if required:
+                return f"at {key}: missing"
+            continue
+        item = value[field.name]
+        if (kind, field.name) in KERNEL_VALUES and isinstance(item, float):
+            continue
+        problem = _problem(hints[field.name], item, key)
+        if problem is not None:
+            return problem
+    rule = _RULES.get(kind)
+    return rule(value, where) if rule else None
+
+
+def _points_problem(points: dict[str, Any], where: str) -> str | None:
+    for name in ("correctness", "performance", "penalty", "max_correctness", "max_performance", "technique"):
+        if points.get(name, 0.0) < 0:
+            return f"at {where}/{name}: points cannot be negative ({points[name]!r})"
+    for earned, most in (("correctness", "max_correctness"), ("performance", "max_performance")):
+        if points[earned] > points[most]:
+            return f"at {where}/{earned}: {points[earned]!r} is more than {most} ({points[most]!r})"
+    return None
+
+
+def _timing_problem(timing: dict[str, Any], where: str) -> str | None:
+    if timing["median_ms"] <= 0:
+        return f"at {where}/median_ms: a time must be positive ({timing['median_ms']!r})"
+    for name in ("rse", "repetitions", "gbps"):
+        if timing[name] < 0:
+            return f"at {where}/{name}: cannot be negative ({timing[name]!r})"
+    return None
+
+
+def _device_problem(device: dict[str, Any], where: str) -> str | None:
+    if device["backend"] not in BACKENDS:
+        return f"at {where}/backend: one of {', '.join(BACKENDS)} is needed, not {_shown(device['backend'])}"
+    return None
+
+
+def _student_problem(result: dict[str, Any], where: str) -> str | None:
+    if not result["student"].strip():
+        return f"at {where}/student: the student's id is empty"
+    known = [stage.id for stage in STAGES]
+    first: dict[str, int] = {}
+    for index, stage in enumerate(result["stages"]):
+        if stage["stage"] not in known:
+            return f"at {where}/stages/{index}/stage: no stage {stage['stage']!r} here (the stages: {', '.join(known)})"
+        if stage["stage"] in first:
+            return (f"at {where}/stages/{index}/stage: a second entry for stage {stage['stage']!r} (the first is "
+                    f"/stages/{first[stage['stage']]}); each stage has one")
+        first[stage["stage"]] = index
+    return None
+
+
+_RULES: dict[type, Callable[[dict[str, Any], str], str | None]] = {
+    Points: _points_problem,
+    Timing: _timing_problem,
+    DeviceInfo: _device_problem,
+    StudentResult: _student_problem,
+}
+
+
+def _shown(value: Any) -> str:
+    """A JSON value in a message, kept short: a hand-edited file may hold anything."""
+    if value is None:
+        return "null"
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "a list"
+    text = json.dumps(value) if not isinstance(value, int) or abs(value) < INTEGER_LIMIT else "a huge number"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _first_difference(expected: Any, got: Any, where: str) -> str | None:
