@@ -140,7 +140,7 @@ def check_verdict(check: str, figures: StageFigures) -> Verdict:
     """
     # The feedback page's own account of the stage; imported here, so that a run without --grade never loads it.
     from autograder.publish.feedback import _section as feedback_section
-    from autograder.publish.render import markdown_table
+    from autograder.publish.render import text_table
 
     if check not in CHECKS:
         raise ValueError(f"no check {check!r}; the checks are {', '.join(CHECKS)}")
@@ -159,9 +159,9 @@ def check_verdict(check: str, figures: StageFigures) -> Verdict:
     if check == "correct":
         lines = [section.message] + ([f"hint: {section.hint}"] if section.hint else [])
         if section.compiler:
-            lines += ["compiler messages (lines of the stage's notebook cell):", markdown_table(section.compiler)]
+            lines += ["compiler messages (lines of the stage's notebook cell):", text_table(section.compiler)]
         if section.failed_cases:
-            lines += ["cases that failed:", markdown_table(section.failed_cases)]
+            lines += ["cases that failed:", text_table(section.failed_cases)]
         if figures.status is Status.CORRECT:
             return Verdict(PASSED, "\n".join(lines), share, maximum)
         return Verdict(FAILED, "\n".join(lines + rubric_lines), share, maximum)
@@ -171,7 +171,7 @@ def check_verdict(check: str, figures: StageFigures) -> Verdict:
         if not section.findings:
             return Verdict(PASSED, "no race or bounds findings", share, maximum)
         lines = ["race and bounds findings (lines of the stage's notebook cell):"]
-        return Verdict(FAILED, "\n".join([*lines, markdown_table(section.findings), *rubric_lines]), share, maximum)
+        return Verdict(FAILED, "\n".join([*lines, text_table(section.findings), *rubric_lines]), share, maximum)
     if check == "technique":
         measured = [c for c in record.technique if c.passed is not None] if record else []
         if not measured:
@@ -181,7 +181,7 @@ def check_verdict(check: str, figures: StageFigures) -> Verdict:
             return Verdict(PASSED, "\n".join(lines), share, maximum)
         return Verdict(FAILED, "\n".join(["the stage's technique is absent:", *lines, *rubric_lines]), share, maximum)
     verdict = record.performance.verdict if record else PerfVerdict.NOT_MEASURED
-    lines = [section.performance] + ([markdown_table(section.timings)] if section.timings else [])
+    lines = [section.performance] + ([text_table(section.timings)] if section.timings else [])
     if verdict is PerfVerdict.FAST_ENOUGH:
         return Verdict(PASSED, "\n".join(lines), share, maximum)
     if verdict is PerfVerdict.TOO_SLOW or maximum:  # counted, and not earned

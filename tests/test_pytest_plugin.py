@@ -157,6 +157,8 @@ def test_items_pass_fail_or_skip_with_the_words_of_the_feedback_page(graded, ref
     assert bob_naive.message in items["bob::naive::correct"].message
     assert f"hint: {bob_naive.hint}" in items["bob::naive::correct"].message
     assert items["bob::naive::races"].outcome == FAILED and "out of bounds" in items["bob::naive::races"].message
+    # A terminal shows the findings as the result holds them: `g_in[1000]`, not Markdown's `g\_in\[1000\]`.
+    assert all(" ".join(f.message.split()) in items["bob::naive::races"].message for f in bob_naive.findings)
     assert items["bob::open::correct"].outcome == SKIPPED  # the optional stage, not handed in
     hank_shuffle = items["hank::shuffle::correct"]
     assert (hank_shuffle.outcome, hank_shuffle.points, hank_shuffle.max_points) == (FAILED, 0.0, 10.0)

@@ -8,7 +8,7 @@ shows the gap at once instead of working only on a connected machine.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,16 +58,26 @@ def markdown_text(text: object) -> Markdown:
 
 def markdown_table(table: Table) -> Markdown:
     """GitHub-flavoured Markdown; every cell is `markdown_text`, so a message cannot break out of its cell."""
+    return Markdown(_table(table, markdown_text))
+
+
+def text_table(table: Table) -> str:
+    """The same table for a terminal (the pytest plugin's failure text): each cell on one line, its pipes escaped,
+    nothing else, so that a student reads `sdata[16]` as the kernel has it."""
+    return _table(table, lambda text: " ".join(str(text).split()).replace("|", "\\|"))
+
+
+def _table(table: Table, cell: Callable[[str], str]) -> str:
     if not table.rows:
-        return Markdown("_(none)_")
+        return "_(none)_"
 
-    def cell(text: str) -> str:
-        return markdown_text(text) or " "
+    def shown(text: object) -> str:
+        return cell(str(text)) or " "
 
-    lines = ["| " + " | ".join(cell(c) for c in table.columns) + " |"]
+    lines = ["| " + " | ".join(shown(c) for c in table.columns) + " |"]
     lines.append("|" + "|".join("---:" if table.is_numeric(i) else "---" for i in range(len(table.columns))) + "|")
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in table.rows]
-    return Markdown("\n".join(lines))
+    lines += ["| " + " | ".join(shown(c) for c in row) + " |" for row in table.rows]
+    return "\n".join(lines)
 
 
 def _markdown_value(value: object) -> Markdown:
