@@ -161,6 +161,15 @@ def test_a_device_variable_is_checked_as_the_graders_buffers_are(cpu: CpuBackend
     assert finding.line == LOCATION.first_line + text[: text.index("keep::first_block[tid] =")].count("\n")
 
 
+def test_device_variables_used_without_a_race_give_no_finding(cpu: CpuBackend) -> None:
+    # A constant every thread reads, counters only atomics touch, a slot per block only its own thread uses:
+    # checking the accesses to __device__ variables must not make such a kernel wrong, in any pass of any size.
+    kernel = cpu.compile(source("device_variables_used_safely"), get_stage("first_add"))
+    for n in (1, 1000, 70_001):
+        assert reduce(cpu, kernel, np.ones(n, np.float32), (n,)) == n
+    assert cpu.findings() == ()
+
+
 def test_last_block_pattern_with_threadfence_is_not_a_race_and_without_it_is(cpu: CpuBackend) -> None:
     n = 256 * 40
     for name, races in (("last_block", set()), ("bug_last_block_no_fence", {"race_interblock"})):

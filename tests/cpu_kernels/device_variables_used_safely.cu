@@ -1,4 +1,4 @@
-// Known good (first_add), though unusual: __device__ and __constant__ variables used without a race. A constant
+// A first_add kernel, correct though unusual: __device__ and __constant__ variables used without a race. A constant
 // scale every thread reads; a launch counter only atomics touch; a slot per block that only its own thread 0
 // writes and reads back. Checking the accesses to __device__ variables must not make such a kernel wrong.
 #define SLOTS 65536
