@@ -22,9 +22,7 @@ import codecs
 import errno
 import io
 import json
-import os
 import re
-import stat
 import sys
 import tokenize
 from collections.abc import Iterator
@@ -32,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.errors import NotebookError
+from autograder.files import read_regular_file
 from autograder.records import KernelSource, SourceLocation
 from autograder.stages import STAGE_IDS, get_stage
 
@@ -88,16 +87,18 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     """
     name = path.name
     try:
-        raw = _read_regular_file(path)
+        raw = read_regular_file(path, MAX_NOTEBOOK_BYTES)
     except FileNotFoundError:
         raise NotebookError(f"{name}: no such notebook") from None
     except OSError as error:
+        if error.errno == errno.EINVAL:
+            raise NotebookError(f"{name}: not a notebook file (a folder or a special file)") from None
+        if error.errno == errno.EFBIG:
+            raise NotebookError(
+                f"{name}: larger than {MAX_NOTEBOOK_BYTES >> 20} MiB; clear the outputs and save it again"
+            ) from None
         why = "a symbolic link, which the grader never follows" if error.errno == errno.ELOOP else error.strerror
         raise NotebookError(f"{name}: cannot be read ({why or 'an error of the file system'})") from None
-    if raw is None:
-        raise NotebookError(f"{name}: not a notebook file (a folder or a special file)")
-    if len(raw) > MAX_NOTEBOOK_BYTES:
-        raise NotebookError(f"{name}: larger than {MAX_NOTEBOOK_BYTES >> 20} MiB; clear the outputs and save it again")
     try:
         text = raw.decode("utf-8-sig")  # a byte order mark, which some editors write, is no part of the JSON
         _refuse_too_many_items(name, text)
@@ -117,16 +118,6 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     if notebook.get("nbformat") != 4 or not isinstance(notebook.get("cells"), list):
         raise NotebookError(f"{name}: not a notebook of format 4 with a list of cells; save it with a current Jupyter")
     return notebook
-
-
-def _read_regular_file(path: Path) -> bytes | None:
-    """The first MAX_NOTEBOOK_BYTES + 1 bytes of the regular file at `path`, or None when it is no regular file.
-    A symbolic link raises OSError (ELOOP): it is never followed."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(descriptor, "rb") as file:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return None
-        return file.read(MAX_NOTEBOOK_BYTES + 1)
 
 
 def _refuse_too_many_items(name: str, text: str) -> None:
@@ -210,12 +201,6 @@ def _stage_cell(path: Path, notebook: nbformat.NotebookNode, stage_id: str, indi
         return StageCell(stage_id, None, None, attempted=False)
     location = SourceLocation.of_lines(path.name, stage_id, index, cell_lines)
     return StageCell(stage_id, KernelSource(text=text, location=location), None, attempted=True)
-
-
-def kernel_literal(cell_source: str) -> tuple[str, int]:
-    """The string literal a kernel cell assigns, and the cell line its first line is on (kernel_literal_lines)."""
-    text, cell_lines = kernel_literal_lines(cell_source)
-    return text, cell_lines[0]
 
 
 def kernel_literal_lines(cell_source: str) -> tuple[str, tuple[int, ...]]:

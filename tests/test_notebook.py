@@ -13,7 +13,6 @@ from autograder.notebook import (
     MAX_JSON_VALUES,
     MAX_NOTEBOOK_BYTES,
     kernel_cell,
-    kernel_literal,
     kernel_literal_lines,
     stage_cells,
 )
@@ -77,11 +76,11 @@ def test_duplicated_cells_are_a_problem(tmp_path: Path) -> None:
 )
 def test_non_literal_cells_are_refused_with_the_line(source: str, message: str) -> None:
     with pytest.raises(NotebookError, match=message):
-        kernel_literal(source)
+        kernel_literal_lines(source)
 
 
 def test_an_annotated_assignment_to_one_name_is_a_kernel_cell() -> None:
-    assert kernel_literal('SRC: str = """__global__ void k() {}"""\n')[0] == "__global__ void k() {}"
+    assert kernel_literal_lines('SRC: str = """__global__ void k() {}"""\n')[0] == "__global__ void k() {}"
 
 
 def test_the_student_code_is_never_run(tmp_path: Path) -> None:

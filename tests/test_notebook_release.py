@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from autograder.nbgrader_support import ClearKernelSolutions
-from autograder.notebook import kernel_literal, stage_cells
+from autograder.notebook import kernel_literal_lines, stage_cells
 from autograder.rubric import load_rubric
 from autograder.stages import MAX2D_BASELINE, STAGES, get_stage
 
@@ -102,7 +102,7 @@ def test_released_kernel_cells_are_the_stubs() -> None:
         assert cells[stage.id].problem is None, cells[stage.id].problem
         assert not cells[stage.id].attempted, f"{stage.id}: the released cell is not the untouched stub"
         (cell,) = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == stage.id]
-        text, _ = kernel_literal(cell.source)
+        text, _ = kernel_literal_lines(cell.source)
         assert text == "\n" + stage.stub_source()
         assert cell.metadata.nbgrader.solution and not cell.metadata.nbgrader.locked
 
@@ -160,7 +160,7 @@ def test_clear_kernel_solutions_puts_the_stub_under_the_same_name() -> None:
     cell = _solution_cell('# keep me\n# BEGIN SOLUTION\nMY_KERNEL = r"""\nanything\n"""\n# END SOLUTION')
     cleared, _ = ClearKernelSolutions().preprocess_cell(cell, {"language": "python"}, 0)
     assert cleared.source.startswith('# keep me\nMY_KERNEL = r"""\n')
-    assert kernel_literal(cleared.source)[0] == "\n" + get_stage("naive").stub_source()
+    assert kernel_literal_lines(cleared.source)[0] == "\n" + get_stage("naive").stub_source()
 
 
 def test_clear_kernel_solutions_refuses_a_kernel_cell_without_markers() -> None:

@@ -12,11 +12,8 @@ a run.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import math
-import os
-import stat
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -25,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.errors import GraderError
+from autograder.files import read_regular_file
 from autograder.records import CaseResult, DeviceInfo, Points, StudentResult, Timing, from_dict, to_dict
 from autograder.stages import STAGES
 
@@ -73,37 +71,9 @@ def results_folder(path: Path) -> Path:
     return path if path.is_dir() else path.parent
 
 
-def read_plain_file(file: Path, limit: int) -> bytes:
-    """The bytes of `file`, a regular file of at most `limit` bytes; OSError, with the reason, otherwise.
-
-    A symbolic link is not followed, and opening a FIFO does not wait for a writer.
-    """
-    try:
-        descriptor = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "a symbolic link, which is not followed", str(file)) from None
-        raise
-    try:
-        mode = os.fstat(descriptor).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a special file"
-            raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(file))
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit and (chunk := os.read(descriptor, min(1 << 20, limit + 1 - size))):
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(descriptor)
-    if size > limit:
-        raise OSError(errno.EFBIG, f"larger than {limit // (1024 * 1024)} MiB", str(file))
-    return b"".join(chunks)
-
-
 def _read_json(file: Path) -> Any:
     try:
-        return json.loads(read_plain_file(file, MAX_RESULT_BYTES).decode("utf-8"), object_pairs_hook=_unique_keys)
+        return json.loads(read_regular_file(file, MAX_RESULT_BYTES).decode("utf-8"), object_pairs_hook=_unique_keys)
     except OSError as error:
         raise ResultsError(f"{file}: cannot read it ({error.strerror}); result files are the plain files "
                            "`autograder grade` writes") from None
