@@ -71,6 +71,19 @@ def test_an_edited_file_is_refused_with_the_file_and_the_key(tmp_path: Path, nam
     assert message in str(raised.value)
 
 
+def test_what_the_grader_writes_as_nan_or_infinity_is_read(tmp_path: Path) -> None:
+    # A timing of one sample has an infinite spread, and a kernel's output may be NaN: data, not damage. Points
+    # must be finite (above).
+    def unbounded(data: dict[str, Any]) -> None:
+        data["stages"][0]["performance"]["timings"][1]["rse"] = float("inf")
+        data["stages"][0]["cases"][0]["got"] = float("nan")
+
+    folder = write_results(tmp_path, make_class())
+    (folder / "ada.json").write_text(edited(unbounded))
+    ada = next(r for r in load_results(folder) if r.student == "ada")
+    assert ada.stages[0].performance.timings[1].rse == float("inf")
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_each_command_reports_a_bad_file_as_a_configuration_error(tmp_path: Path, command: str) -> None:
     folder = write_results(tmp_path / "results", make_class())
