@@ -134,8 +134,10 @@ class LineMetric:
 
     line: int | None  # the notebook cell's line
     text: str  # the source line itself
-    shared_requests: int  # warp-wide shared-memory requests issued from this line
-    shared_transactions: int  # transactions they needed: 1 per request without bank conflicts
+    # Warp-wide shared-memory requests issued from this line, each of 8-byte (16-byte) accesses counted as its 2 (4)
+    # phases, as a GPU serves it; and the transactions they needed: 1 per request (phase) without bank conflicts.
+    shared_requests: int
+    shared_transactions: int
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,51 @@ def test_a_device_variable_is_checked_as_the_graders_buffers_are(cpu: CpuBackend
     assert finding.line == LOCATION.first_line + text[: text.index("keep::first_block[tid] =")].count("\n")
 
 
+@pytest.mark.parametrize("spec", ["__align__(sizeof(float4))", "alignas(sizeof(float4))"])
+def test_a_static_shared_array_aligned_by_a_sizeof_is_checked(cpu: CpuBackend, spec: str) -> None:
+    # Declared with the CUDA samples' alignment idiom, the read past the array and the race are found as they are
+    # for a plain declaration (the rewrite used to fall back to an unchecked static, graded correct).
+    text = (Path(__file__).parent / "known" / "shared_read_past_the_end.cu").read_text()
+    seen = []
+    for declaration in ("__shared__ float sdata[256];", f"__shared__ {spec} float sdata[256];"):
+        declared = text.replace("extern __shared__ float sdata[];", declaration)
+        kernel = cpu.compile(KernelSource(declared, LOCATION), get_stage("sequential"))
+        reduce_unchecked(cpu, kernel, np.ones(1000, np.float32), (1000,))
+        seen.append(kinds(cpu.findings()))
+    assert seen[0] == seen[1] and {"out_of_bounds", "race_syncthreads"} <= seen[1]
+
+
+def test_a_functions_static_is_checked_as_a_device_variable_is(cpu: CpuBackend) -> None:
+    # A static in a template device function lives in global memory, one per instantiation for every block: the
+    # write past its end is found and named, and the static of another function of the same name is not taken for
+    # it. The kernel's own __shared__ array, which the rewrite makes a function's static too, is not one.
+    text = """
+template <unsigned int WIDTH>
+__device__ float keep(float value, unsigned int tid) {
+    static float last[WIDTH];
+    last[tid] = value;
+    return last[tid];
+}
+__global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
+    __shared__ float sdata[256];
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    sdata[tid] = i < n ? g_in[i] : 0.0f;
+    if (blockIdx.x == 0) sdata[tid] = keep<255>(sdata[tid], tid);
+    __syncthreads();
+    for (unsigned int s = 1; s < blockDim.x; s *= 2) {
+        if (tid % (2 * s) == 0) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+}
+"""
+    kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("naive"))
+    assert reduce(cpu, kernel, np.ones(1000, np.float32), (1000,)) == 1000
+    [finding] = cpu.findings()
+    assert finding.kind == "out_of_bounds" and not finding.reads_only
+    assert "last[255]" in finding.message and "the static variable last of keep" in finding.message
+
+
 def test_device_variables_used_without_a_race_give_no_finding(cpu: CpuBackend) -> None:
     # A constant every thread reads, counters only atomics touch, a slot per block only its own thread uses:
     # checking the accesses to __device__ variables must not make such a kernel wrong, in any pass of any size.

@@ -36,6 +36,16 @@ def test_static_shared_becomes_a_reference_into_the_arena_keeping_lines() -> Non
     assert "static unsigned int &count = *reinterpret_cast<unsigned int *>(" in text
 
 
+def test_alignment_arguments_with_parentheses_are_dropped_too() -> None:
+    # The CUDA samples' idiom: an alignment written as a sizeof. Left in place, it made the rewrite fall back to
+    # unchecked statics, or g++ refuse what nvcc accepts.
+    for spec in ("__align__(sizeof(float))", "alignas(sizeof(float4))", "__align__((16))"):
+        text = rewrite_shared(f"void k() {{\n    extern __shared__ {spec} unsigned char raw[];\n"
+                              f"    __shared__ {spec} float sdata[1024];\n}}\n").text
+        assert "unsigned char *const raw = reinterpret_cast<unsigned char *>(__ag_dynamic_shared);" in text, spec
+        assert "static float (&sdata)[1024]" in text and "__align__" not in text and "alignas" not in text, spec
+
+
 def test_shared_in_comments_strings_and_directives_is_left_alone() -> None:
     source = '// __shared__ float a[2];\nconst char *s = "__shared__ int x;";\n#define SHARED __shared__\n'
     assert rewrite_shared(source).text == source

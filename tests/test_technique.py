@@ -83,6 +83,11 @@ def renamed(stage_id: str, as_stage: str) -> str:
                         get_stage(as_stage).kernel_name)
 
 
+def in_double(text: str) -> str:
+    """A reference kernel that sums in a double shared array, whose requests a GPU serves in two phases."""
+    return text.replace("extern __shared__ float sdata[];", "__shared__ double sdata[1024];")
+
+
 def close(measured: float, stated: float) -> bool:
     return math.isclose(measured, stated, rel_tol=0.1, abs_tol=0.3)
 
@@ -152,6 +157,7 @@ def test_first_add_is_checked_by_its_launch_contract() -> None:
         ("anti_divergence", renamed("naive", "anti_divergence"), "divergence"),
         ("sequential", (KERNELS / "sequential_transposed_layout.cu").read_text(), "bank conflicts"),
         ("sequential", renamed("anti_divergence", "sequential"), "bank conflicts"),
+        ("sequential", in_double(renamed("anti_divergence", "sequential")), "bank conflicts"),
         ("unrolled_warp", renamed("first_add", "unrolled_warp"), "block barriers"),
         ("shuffle", renamed("unrolled_warp", "shuffle"), "shuffles executed"),
         ("shuffle", renamed("unrolled_warp", "shuffle"), "shared memory in the last warp"),
@@ -176,6 +182,7 @@ def test_a_kernel_without_its_stage_technique_fails_the_measurement(
         ("unrolled_warp", "unrolled_warp_loop"),
         ("shuffle", "shuffle_every_warp"),
         ("shuffle", "shuffle_after_one_more_tree_step"),
+        ("sequential", "sequential_in_double"),
     ],
 )
 def test_another_way_to_the_same_technique_passes(cpu: CpuBackend, stage_id: str, name: str) -> None:

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from autograder.records import CaseResult
-from autograder.stages import get_stage
-from autograder.verify import Case, correctness_cases, hint, judge, make_input, reference
+from autograder.stages import STAGES, Shape, get_stage
+from autograder.verify import QUICK_LIMIT, Case, analysis_cases, correctness_cases, hint, judge, make_input, reference
 
 SUM = get_stage("sequential")
 MAX = get_stage("max2d")
@@ -18,6 +18,20 @@ def test_cases_cover_the_edge_sizes_and_both_input_kinds() -> None:
     assert {case.input_kind for case in cases} == {"integers", "random"}
     assert {case.input_kind for case in correctness_cases(MAX, seed=7)} == {"random", "negative"}
     assert max(case.count for case in correctness_cases(SUM, seed=7, quick=True)) <= 1 << 17
+
+
+@pytest.mark.parametrize("seed", [1, 2, 12345])
+def test_a_gpu_runs_race_analysis_sees_the_drawn_sizes_up_to_two_passes(seed: int) -> None:
+    # Every size drawn from the seed up to QUICK_LIMIT (below a block, a few blocks, two passes above 65536) and
+    # the fixed partial block and two passes: a kernel cannot keep a race to the sizes between the fixed ones.
+    for stage in STAGES:
+        drawn = [case for case in correctness_cases(stage, seed) if case.seeded and case.input_kind != "random"]
+        analysed = analysis_cases(stage, seed)
+        assert [case for case in drawn if case.count <= QUICK_LIMIT] == [case for case in analysed if case.seeded]
+        assert len({case.size for case in analysed if case.seeded}) == 3, stage.id
+        if stage.shape is Shape.SUM_1D:
+            assert max(case.count for case in analysed) > 65536, stage.id
+        assert all(case.input_kind != "random" for case in analysed)
 
 
 def test_inputs_follow_the_seed() -> None:

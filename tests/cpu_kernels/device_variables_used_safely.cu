@@ -1,6 +1,7 @@
-// A first_add kernel, correct though unusual: __device__ and __constant__ variables used without a race. A constant
-// scale every thread reads; a launch counter only atomics touch; a slot per block that only its own thread 0
-// writes and reads back. Checking the accesses to __device__ variables must not make such a kernel wrong.
+// A first_add kernel, correct though unusual: __device__ and __constant__ variables, and a function's statics (in
+// global memory too), used without a race. A constant scale and a static table every thread reads; counters only
+// atomics touch; a slot per block that only its own thread 0 writes and reads back. Checking the accesses to such
+// variables must not make such a kernel wrong.
 #define SLOTS 65536
 
 __constant__ float scale = 1.0f;
@@ -9,6 +10,8 @@ __device__ float block_sums[SLOTS];
 
 __global__ void reduce_first_add(const float *g_in, float *g_out, unsigned int n)
 {
+    static const float halves[2] = {0.5f, 0.5f};
+    static unsigned int calls;
     extern __shared__ float sdata[];
     unsigned int tid = threadIdx.x;
     unsigned int i = blockIdx.x * (2 * blockDim.x) + threadIdx.x;
@@ -16,7 +19,7 @@ __global__ void reduce_first_add(const float *g_in, float *g_out, unsigned int n
     if (i + blockDim.x < n) {
         sum += g_in[i + blockDim.x];
     }
-    sdata[tid] = sum * scale;
+    sdata[tid] = sum * scale * (halves[0] + halves[1]);
     __syncthreads();
     for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
         if (tid < s) {
@@ -27,6 +30,7 @@ __global__ void reduce_first_add(const float *g_in, float *g_out, unsigned int n
     if (tid == 0) {
         if (blockIdx.x == 0) {
             atomicAdd(&launches, 1u);
+            atomicAdd(&calls, 1u);
         }
         atomicAdd(&blocks_seen, 1u);
         unsigned int slot = blockIdx.x % SLOTS;

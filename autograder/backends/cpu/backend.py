@@ -69,6 +69,7 @@ class _Launch(ctypes.Structure):
         ("kernel_id", ctypes.c_int),
         ("schedule", ctypes.c_int),
         ("seed", ctypes.c_ulonglong),
+        ("measure_seed", ctypes.c_ulonglong),
     ]
 
 
@@ -297,6 +298,8 @@ class CpuBackend(Backend):
             schedule=SCHEDULES.index(self.schedule),
             # Each launch its own random order, reproducible from the backend's seed.
             seed=(self.seed * 1_000_003 + self._launches) & 0xFFFFFFFFFFFFFFFF,
+            # The blocks measured: from the backend's seed and the launch's shape, never from what ran before it.
+            measure_seed=hash((self.seed, *grid, *block, shared_bytes)) & 0xFFFFFFFFFFFFFFFF,
         )
         self._launches += 1
         status = self._runtime.ag_launch(ctypes.byref(launch))

@@ -23,7 +23,7 @@ _ATTRIBUTES = re.compile(r"\[\[.*?\]\]", re.DOTALL)  # attribute specifiers, [[.
 # Specifiers that mean nothing on the CPU or that the rewrite supplies itself.
 _DROPPED = re.compile(
     r"\b(?:__shared__|extern|static)\b"
-    r"|\b(?:__align__|alignas)\s*\([^()]*\)"
+    r"|\b(?:__align__|alignas)\s*\((?:[^()]|\([^()]*\))*\)"  # __align__(16), alignas(sizeof(float4))
     r"|__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)"
 )
 
@@ -252,22 +252,59 @@ def _rewrite_declaration(declaration: str, dynamic: list[str]) -> str | None:
 
 
 def device_variables(source: str) -> tuple[str, ...]:
-    """The names of the `__device__`, `__constant__` and `__managed__` variables `source` declares at namespace
-    scope ("" for a declaration whose names cannot be read); empty where it declares none.
+    """The names of the variables `source` declares in a GPU's global memory: the `__device__`, `__constant__`
+    and `__managed__` ones at namespace scope, and a function's `static` ones that are not `__shared__`, named
+    `function::variable` ("" for a declaration whose names cannot be read); empty where it declares none.
 
-    Such a variable lives once per build, so a launch must not mix the instrumented and the plain build; and the
-    runtime checks every access to the variables named here as it checks the grader's buffers.
+    Such a variable lives once per build, shared by every block and launch, so a launch must not mix the
+    instrumented and the plain build; and the runtime checks every access to the variables named here as it
+    checks the grader's buffers.
     """
     code = blank_comments_and_strings(source)
     names: list[str] = []
-    for match in re.finditer(r"\b(?:__device__|__constant__|__managed__)\b", code):
-        if _in_directive(code, match.start()) or not _at_namespace_scope(code, match.start()):
+    for match in re.finditer(r"\b(?:__device__|__constant__|__managed__|static)\b", code):
+        if _in_directive(code, match.start()):
             continue
-        end = min((i for i in (code.find(";", match.end()), code.find("{", match.end())) if i >= 0), default=-1)
+        start, end = _declaration_start(code, match.start()), _declaration_end(code, match.end())
         declaration = code[match.end() : end]
-        if end >= 0 and "(" not in declaration.split("=")[0]:
+        if end < 0 or "(" in declaration.split("=")[0]:
+            continue  # a function
+        function = _enclosing_function(code, match.start())
+        if match.group() != "static" and function is None and _at_namespace_scope(code, match.start()):
             names.extend(_declarator_names(declaration) or [""])
+        elif match.group() == "static" and function is not None and "__shared__" not in code[start:end]:
+            names.extend(f"{function}::{name}" for name in _declarator_names(declaration) or [""])
     return tuple(names)
+
+
+def _declaration_end(code: str, index: int) -> int:
+    """The first `;` or `{` from `index`: the end of a variable's declaration, or where a function's body starts."""
+    return min((i for i in (code.find(";", index), code.find("{", index)) if i >= 0), default=-1)
+
+
+def _enclosing_function(code: str, index: int) -> str | None:
+    """The name of the function whose body holds `index` (the outermost brace whose head ends in a parameter
+    list, not a statement's `(...)`), or None outside every function."""
+    opened: list[int] = []
+    for brace in re.finditer(r"[{}]|<%|%>", code[:index]):
+        if brace.group() in ("{", "<%"):
+            opened.append(brace.start())
+        elif opened:
+            opened.pop()
+    for start in opened:
+        head = code[:start].rstrip()
+        if not head.endswith(")"):
+            continue
+        depth, i = 0, len(head) - 1
+        while i >= 0:
+            depth += (head[i] == ")") - (head[i] == "(")
+            if depth == 0:
+                break
+            i -= 1
+        name = re.search(r"([A-Za-z_]\w*)\s*(?:<[^<>]*>\s*)?$", head[:i])
+        if name and name.group(1) not in ("if", "for", "while", "switch", "catch", "__launch_bounds__"):
+            return name.group(1)
+    return None
 
 
 def _declarator_names(declaration: str) -> list[str]:

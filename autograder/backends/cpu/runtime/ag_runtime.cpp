@@ -80,7 +80,8 @@ struct AgLaunch {
     unsigned long long shared_bytes;
     int kernel_id;  // unique in the process: every backend in it shares this runtime
     int schedule;   // ag::Schedule
-    unsigned long long seed;
+    unsigned long long seed;          // the schedule's, for a random one
+    unsigned long long measure_seed;  // which blocks feed the metrics (measured_blocks)
 };
 struct AgFinding {
     int kind;
@@ -126,7 +127,8 @@ struct Buffer {
     std::size_t map_bytes;
     Cell *cells = nullptr;  // shadow of count + guard words, mapped on first checked use
     int arg = -1;           // kernel parameter index in the current launch
-    std::string name;       // a __device__ variable's name (ag_watch_variables); empty for the grader's buffers
+    std::string name;       // a variable's name (ag_watch_variables); empty for the grader's buffers
+    std::string what;       // how a message names the variable
 };
 
 struct StaticShared {
@@ -165,6 +167,7 @@ struct MetricKey {
 };
 struct SharedRecord {
     unsigned int pc, seq, warp, word;
+    unsigned int phase;  // which part of the warp the hardware serves together (the lanes' access width decides)
 };
 struct GlobalRecord {
     unsigned int pc, seq, warp;
@@ -435,11 +438,17 @@ void check_cell(Cell &c, std::uint32_t gen, bool write, bool atomic, std::uint32
     c.read[1] = now;
 }
 
-void record_request(std::uint32_t pc, std::size_t offset) {
+// A shared-memory access, for the bank-conflict count: every word it touches, as one lane's part of a request.
+// A GPU serves a request of 8-byte accesses (double, float2) in two phases of half a warp, of 16-byte ones in
+// four of a quarter: 128 bytes a phase, which a phase reads at once from 32 banks.
+void record_request(std::uint32_t pc, std::size_t offset, std::size_t size) {
     const Thread &t = me();
     const std::uint64_t key = (static_cast<std::uint64_t>(pc) << 16) | t.tid;
     const unsigned int seq = g.sequence[key]++;
-    g.records.push_back({pc, seq, t.warp, static_cast<unsigned int>(offset / 4)});
+    const unsigned int phases = size >= 16 ? 4 : size >= 8 ? 2 : 1;
+    const unsigned int phase = t.lane / (32 / phases);
+    for (std::size_t word = offset / 4; word <= (offset + std::max<std::size_t>(size, 1) - 1) / 4; ++word)
+        g.records.push_back({pc, seq, t.warp, static_cast<unsigned int>(word), phase});
 }
 
 // A load from global memory, for the coalescing count: every word it reads, as one lane's part of a request.
@@ -480,7 +489,7 @@ void shared_access(std::size_t offset, std::size_t size, bool write, bool atomic
         report(OUT_OF_BOUNDS, 0, pc, describe_thread(t), message, write);
         return;
     }
-    if (g.measuring && !atomic) record_request(pc, offset);
+    if (g.measuring && !atomic) record_request(pc, offset, size);
     for (std::size_t word = offset / 4; word <= (offset + size - 1) / 4; ++word)
         check_cell(g.arena_cells[word], g.block_gen, write, atomic, pc, true, Place{-1, word * 4});
 }
@@ -496,7 +505,7 @@ void global_access(Buffer &b, char *address, std::size_t size, bool write, bool 
     const char *variable = b.name.empty() ? nullptr : b.name.c_str();
     if (first < 0 || last >= static_cast<long long>(b.count)) {
         const Thread &t = me();
-        const std::string name = variable ? "the __device__ variable " + b.name : "{arg:" + std::to_string(b.arg) + "}";
+        const std::string name = variable ? b.what : "{arg:" + std::to_string(b.arg) + "}";
         char message[600];
         std::snprintf(message, sizeof message,
                       "thread (%u,%u,0) %s %s[%lld] at {pc:%x}, outside the %zu %s of %s: check the index "
@@ -555,28 +564,37 @@ void close_window() {
     if (!g.measuring) return;
     Counts &counts = g.counts[g.launch.kernel_id];
     // Shared-memory requests: the k-th access of each lane of a warp at one code address is one warp-wide
-    // request; it needs as many transactions as the most distinct words that fall into one bank.
+    // request. Each of its phases needs as many transactions as the most distinct words that fall into one bank;
+    // a request counts as many requests as it has phases that access memory, so a request without a conflict
+    // takes one transaction a request whatever its width.
     std::sort(g.records.begin(), g.records.end(), [](const SharedRecord &a, const SharedRecord &b) {
         if (a.pc != b.pc) return a.pc < b.pc;
         if (a.warp != b.warp) return a.warp < b.warp;
         if (a.seq != b.seq) return a.seq < b.seq;
+        if (a.phase != b.phase) return a.phase < b.phase;
         return a.word < b.word;
     });
     unsigned long long per_warp[kMaxThreads / 32] = {};  // warp-wide requests of each warp in this window
+    const auto same_request = [](const SharedRecord &a, const SharedRecord &b) {
+        return a.pc == b.pc && a.warp == b.warp && a.seq == b.seq;
+    };
     for (std::size_t i = 0; i < g.records.size();) {
-        std::size_t j = i;
-        unsigned int per_bank[32] = {};
-        unsigned int previous = UINT32_MAX;
-        while (j < g.records.size() && g.records[j].pc == g.records[i].pc && g.records[j].warp == g.records[i].warp &&
-               g.records[j].seq == g.records[i].seq) {
-            if (g.records[j].word != previous) per_bank[g.records[j].word % 32]++;
-            previous = g.records[j].word;
-            ++j;
-        }
         auto &m = g.metrics[{g.launch.kernel_id, g.records[i].pc}];
-        m.first += 1;
-        m.second += *std::max_element(per_bank, per_bank + 32);
         per_warp[g.records[i].warp]++;
+        std::size_t j = i;
+        while (j < g.records.size() && same_request(g.records[j], g.records[i])) {
+            const std::size_t phase_start = j;
+            unsigned int per_bank[32] = {};
+            unsigned int previous = UINT32_MAX;
+            for (; j < g.records.size() && same_request(g.records[j], g.records[i]) &&
+                   g.records[j].phase == g.records[phase_start].phase;
+                 ++j) {
+                if (g.records[j].word != previous) per_bank[g.records[j].word % 32]++;
+                previous = g.records[j].word;
+            }
+            m.first += 1;
+            m.second += *std::max_element(per_bank, per_bank + 32);
+        }
         i = j;
     }
     g.records.clear();
@@ -987,17 +1005,27 @@ unsigned long long atomic_as(void *address, int op, unsigned long long value, un
 // ---------------------------------------------------------------------------------------------------------
 // __device__ variables, read from the kernel library's symbol table (the file the grader built and loaded).
 
-// A symbol's name as declared: demangled, without its namespaces or template arguments; empty for a function's
-// static (a __shared__ array the rewrite could not take apart becomes one, and it lives per block).
+// A name without its namespaces, template arguments or return type: `void ns::f<256u>` is `f`.
+std::string last_identifier(std::string name) {
+    if (const std::size_t angle = name.find('<'); angle != std::string::npos) name.resize(angle);
+    const std::size_t cut = name.find_last_of(": ");
+    return cut == std::string::npos ? name : name.substr(cut + 1);
+}
+
+// A symbol's name as rewrite.device_variables names it: demangled, without namespaces or template arguments;
+// a function's static as `function::variable` (`void f<256u>(float*)::buf` is `f::buf`); empty for the guard
+// variables of a function's statics. The statics the rewrite made of __shared__ arrays, which live per block,
+// are among no source's device variables.
 std::string declared_name(const char *symbol) {
     int status = 0;
     char *demangled = abi::__cxa_demangle(symbol, nullptr, nullptr, &status);
-    std::string name = status == 0 && demangled ? demangled : symbol;
+    const std::string name = status == 0 && demangled ? demangled : symbol;
     std::free(demangled);
-    if (name.find('(') != std::string::npos) return "";
-    if (const std::size_t angle = name.find('<'); angle != std::string::npos) name.resize(angle);
+    const std::size_t open = name.find('(');
+    if (open == std::string::npos) return last_identifier(name);
     const std::size_t colons = name.rfind("::");
-    return colons == std::string::npos ? name : name.substr(colons + 2);
+    if (name.rfind("guard variable for ", 0) == 0 || colons == std::string::npos || colons < open) return "";
+    return last_identifier(name.substr(0, open)) + "::" + name.substr(colons + 2);
 }
 
 // Each data symbol of `file` (an ELF shared object of `bytes`) named in `wanted`, as a Buffer at `base`: its
@@ -1047,7 +1075,14 @@ std::vector<Buffer *> variables_in(const unsigned char *file, std::size_t bytes,
             b->data = b->zone_lo = reinterpret_cast<char *>(base + v.st_value);
             b->zone_span = end - v.st_value;
             b->count = (v.st_size + 3) / 4;
-            b->name = name;
+            if (const std::size_t colons = name.find("::"); colons == std::string::npos) {
+                b->name = name;
+                b->what = "the __device__ variable " + name;
+            } else {
+                b->name = name.substr(colons + 2);
+                b->what = "the static variable " + b->name + " of " + name.substr(0, colons) +
+                          " (in global memory: one for every block and launch)";
+            }
             found.push_back(b);
         }
     }
@@ -1106,6 +1141,8 @@ unsigned int __ag_activemask(void) { return ~exited_lanes(me().warp); }
 void *__ag_static_shared(unsigned long size, unsigned long align, const char *name) {
     if (!ensure_arena()) return nullptr;
     StaticLayout &layout = g.layouts[library_base(__builtin_return_address(0))];
+    // At least 16: the rewrite drops `__align__(16)` and the like, and such a float array may be read as float4.
+    align = std::max(align, 16UL);
     // A 64-byte gap between arrays, so running off one array is out of bounds, not inside the next.
     std::size_t offset = kDynamicSharedMax + ((layout.used + 64 + align - 1) / align) * align;
     if (offset + size > kArenaBytes) {
@@ -1242,6 +1279,22 @@ int ag_watch_variables(const void *code, const char *names) {
     return static_cast<int>(g.variables[base].size());
 }
 
+// The blocks of a launch that feed the metrics: `metrics_blocks` of those it checks (all, or the first and last
+// `sample_blocks` of a sampled launch), drawn from its measure seed, which a grading run derives from its secret
+// seed and the launch's shape alone (the same launch, the same blocks, whatever ran before it): a kernel cannot
+// keep its technique to the blocks it knows are measured (the first ones, say).
+std::set<long long> measured_blocks(long long blocks, bool sampled, std::uint64_t seed) {
+    const long long candidates = sampled ? 2LL * g.sample_blocks : blocks;
+    std::set<long long> chosen;
+    std::mt19937_64 draw(seed ^ 0x9E3779B97F4A7C15ULL);  // not the schedule's generator, which it would move
+    std::uniform_int_distribution<long long> any(0, candidates - 1);
+    while (static_cast<long long>(chosen.size()) < std::min<long long>(g.metrics_blocks, candidates)) {
+        const long long pick = any(draw);
+        chosen.insert(sampled && pick >= g.sample_blocks ? blocks - 2LL * g.sample_blocks + pick : pick);
+    }
+    return chosen;
+}
+
 // Returns 0 when the launch ran, 1 on a deadlock, -1 when it could not start (see ag_error).
 int ag_launch(const AgLaunch *launch) {
     g.launch = *launch;
@@ -1283,11 +1336,12 @@ int ag_launch(const AgLaunch *launch) {
     const long long blocks = static_cast<long long>(launch->grid[0]) * launch->grid[1];
     // Large launches check the first and last blocks fully and run the ones between uninstrumented.
     const bool sampled = launch->checked && launch->fast && blocks * g.nthreads > g.full_check_threads;
+    const std::set<long long> measured = measured_blocks(blocks, sampled, launch->measure_seed);
     int status = 0;
     for (long long b = 0; b < blocks && status == 0; ++b) {
         const bool checked = launch->checked && (!sampled || b < g.sample_blocks || b >= blocks - g.sample_blocks);
         g.checking = checked;
-        g.measuring = checked && b < g.metrics_blocks;
+        g.measuring = checked && measured.count(b);
         if (!run_block(static_cast<unsigned int>(b % launch->grid[0]), static_cast<unsigned int>(b / launch->grid[0])))
             status = 1;
     }
