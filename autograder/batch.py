@@ -6,8 +6,9 @@ Layouts accepted under the submissions folder:
 - one folder per student: `<student>/<notebook>.ipynb`
 
 Each student's result is written to `<out>/<student>.json` with an atomic rename, so a crash or a Ctrl-C never
-leaves a half-written file and never loses the results already written. The class table `<out>/grades.csv`
-is rewritten (atomically) after every student.
+leaves a half-written file and never loses the results already written. The class table `<out>/grades.csv`,
+and `<out>/graded.txt`, the list of its students' result files that publishing reads, are rewritten (atomically)
+after every student.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ import pandas as pd
 
 from autograder.errors import GraderError
 from autograder.executors import close_kept
+from autograder.files import regular_file_sha256
 from autograder.grade import GradeOptions, grade_notebook, no_notebook, settings_label
 from autograder.isolation import Worker
 from autograder.memo import grader_version
+from autograder.notebook import MAX_NOTEBOOK_BYTES
 from autograder.records import StudentResult, from_dict, to_dict
 from autograder.sandbox import Sandbox
 from autograder.sanitizer import TOOLS, find_sanitizer, launcher_of
@@ -83,27 +86,45 @@ class ClassRun:
 
 
 LINK_REFUSED = "a symbolic link: refused without being read; hand in the file itself"
+NOT_REGULAR = "not a regular file (a FIFO or a device): refused without being read"
 MAX_DEPTH = 6  # folders below a student's folder searched for the notebook (nbgrader's layout needs 1)
+# Never a hand-in, at any depth: Jupyter's autosaves, and the AppleDouble copies a macOS zip adds (`._hw1.ipynb`).
+TOOL_DEBRIS = (".ipynb_checkpoints", "__MACOSX")
 
 
-def find_submissions(folder: Path, assignment: str | None = None) -> list[Submission]:
+def find_submissions(folder: Path, assignment: str | None = None, out: Path | None = None) -> list[Submission]:
     """Every student's hand-in under `folder`, sorted by student."""
-    return list(discover(folder, assignment).submissions)
+    return list(discover(folder, assignment, out).submissions)
 
 
-def discover(folder: Path, assignment: str | None = None) -> Discovery:
+def check_assignment(assignment: str) -> str:
+    """`assignment` if it names one folder (`reduction`), which is looked for inside every student's folder; else
+    GraderError: a path (`a/b`, `/abs`, `..`) could take one student's notebook from another's folder."""
+    if assignment in ("", ".", "..") or "/" in assignment or os.sep in assignment or "\0" in assignment:
+        raise GraderError(f"{assignment!r}: give the assignment as a folder name (reduction), the folder inside "
+                          "each student's folder that holds the hand-in, not a path")
+    return assignment
+
+
+def discover(folder: Path, assignment: str | None = None, out: Path | None = None) -> Discovery:
     """Every student's hand-in under `folder`, sorted by student, and every entry left out with the reason.
 
     Nothing is followed or read through a symbolic link: a link anywhere in the tree (a linked notebook, a
     linked student folder, a link inside one) is refused and listed, so a hand-in cannot reach outside it.
+    `out`: the folder the results go to, never a student's even where it lies in `folder`.
     """
     if not folder.is_dir():
         raise GraderError(f"{folder}: no such folder of submissions")
+    if assignment is not None:
+        check_assignment(assignment)
+    results = out.resolve() if out is not None else None
     found: list[Submission] = []
     skipped: list[Skipped] = []
     for entry in _listing(folder, folder, skipped):
         path = Path(entry.path)
-        if entry.name.startswith("."):
+        if path.resolve() == results:
+            skipped.append((entry.name, "the folder the results are written to (--out)"))
+        elif entry.name.startswith("."):
             skipped.append((entry.name, "a hidden entry (its name starts with a dot)"))
         elif entry.is_symlink():
             skipped.append((entry.name, LINK_REFUSED))
@@ -113,16 +134,28 @@ def discover(folder: Path, assignment: str | None = None) -> Discovery:
             found.append(Submission(path.stem, path, shown=entry.name))
         else:
             skipped.append((entry.name, "neither a notebook (.ipynb) nor a student's folder"))
-    stems: dict[str, str] = {}
-    unique: list[Submission] = []
-    for submission in found:  # `ada.ipynb` beside a folder `ada/`: one student, two hand-ins
-        stem = file_stem(submission.student)
-        if stem in stems:
-            skipped.append((submission.shown, f"another hand-in, {stems[stem]}, has the same student name"))
-        else:
-            stems[stem] = submission.shown
-            unique.append(submission)
-    return Discovery(tuple(unique), tuple(skipped))
+    return Discovery(_one_per_student(found, skipped), tuple(skipped))
+
+
+def _one_per_student(found: list[Submission], skipped: list[Skipped]) -> tuple[Submission, ...]:
+    """One hand-in per student where there are two (`ada.ipynb` beside a folder `ada/`): the first by name that
+    has a notebook to grade, so a folder holding none (a PDF, only autosaves) never hides the student's
+    notebook; the other is listed as skipped."""
+    by_stem: dict[str, list[Submission]] = {}
+    for submission in found:
+        by_stem.setdefault(file_stem(submission.student), []).append(submission)
+    unique = []
+    for hand_ins in by_stem.values():
+        kept = next((hand_in for hand_in in hand_ins if hand_in.notebook is not None), hand_ins[0])
+        unique.append(kept)
+        for other in hand_ins:
+            if other is kept:
+                continue
+            if other.notebook is None and kept.notebook is not None:
+                skipped.append((other.shown, f"{other.problem}; {kept.shown}, of the same student name, is graded"))
+            else:
+                skipped.append((other.shown, f"another hand-in, {kept.shown}, has the same student name"))
+    return tuple(unique)
 
 
 def _listing(folder: Path, top: Path, skipped: list[Skipped]) -> list[os.DirEntry[str]]:
@@ -155,8 +188,11 @@ def _relative(path: Path, top: Path) -> str:
 
 def _student_folder(folder: Path, top: Path, assignment: str | None, skipped: list[Skipped]) -> Submission:
     student, shown = folder.name, f"{folder.name}/"
-    chosen = folder / assignment if assignment else None
-    root = chosen if chosen is not None and _is_real_folder(chosen) else folder
+    root = folder / assignment if assignment else folder
+    if not _is_real_folder(root):  # the student handed in other assignments, not this one
+        link = " (a symbolic link, refused)" if root.is_symlink() else ""
+        return Submission(student, None, f"no notebook for this assignment: no folder {shown}{assignment}/{link}",
+                          shown)
     before = len(skipped)
     notebooks = sorted(_notebooks(root, top, skipped))
     if not notebooks:
@@ -168,7 +204,17 @@ def _student_folder(folder: Path, top: Path, assignment: str | None, skipped: li
         notebook = notebooks[0] if len(notebooks) == 1 else preferred[0]
         return Submission(student, notebook, shown=_relative(notebook, top))
     names = ", ".join(_relative(p, folder) for p in notebooks)
-    return Submission(student, None, f"several notebooks ({names}); pass --assignment to choose", shown)
+    return Submission(student, None, f"several notebooks ({names}); {_choice(notebooks, root, assignment)}", shown)
+
+
+def _choice(notebooks: list[Path], root: Path, assignment: str | None) -> str:
+    """How a TA can make one of a student's several notebooks the hand-in."""
+    advice = f"keep only the notebook to grade, or name it {PREFERRED_NOTEBOOK}"
+    places = [path.relative_to(root).parts for path in notebooks]
+    folders = sorted({parts[0] for parts in places if len(parts) > 1})
+    if assignment is None and folders and len({parts[0] for parts in places}) > 1:  # it picks a folder, not a file
+        return f"pass --assignment with the folder to grade ({', '.join(folders)}), or {advice}"
+    return advice
 
 
 def _is_real_folder(path: Path) -> bool:
@@ -180,22 +226,28 @@ def _is_real_folder(path: Path) -> bool:
 
 
 def _notebooks(folder: Path, top: Path, skipped: list[Skipped], depth: int = 0) -> list[Path]:
-    """The notebooks under `folder`, never through a symbolic link: links, and folders too deep or unreadable,
-    are listed as skipped."""
+    """The notebooks under `folder`, never through a symbolic link: links, notebooks that are hidden or not
+    regular files, and folders too deep or unreadable, are listed as skipped; hidden folders and TOOL_DEBRIS are
+    left alone."""
     found: list[Path] = []
     for entry in _listing(folder, top, skipped):
         path = Path(entry.path)
-        if entry.name == ".ipynb_checkpoints":
-            continue  # Jupyter's autosaves, not the hand-in
-        if entry.is_symlink():
+        if entry.name in TOOL_DEBRIS or (entry.name.startswith(".") and path.suffix != ".ipynb"):
+            continue
+        if entry.name.startswith("."):
+            skipped.append((_relative(path, top), "a hidden entry (its name starts with a dot)"))
+        elif entry.is_symlink():
             skipped.append((_relative(path, top), LINK_REFUSED))
         elif entry.is_dir(follow_symlinks=False):
             if depth < MAX_DEPTH:
                 found += _notebooks(path, top, skipped, depth + 1)
             else:
                 skipped.append((_relative(path, top), f"more than {MAX_DEPTH} folders deep"))
-        elif entry.is_file(follow_symlinks=False) and path.suffix == ".ipynb":
-            found.append(path)
+        elif path.suffix == ".ipynb":
+            if entry.is_file(follow_symlinks=False):
+                found.append(path)
+            else:
+                skipped.append((_relative(path, top), NOT_REGULAR))
     return found
 
 
@@ -227,7 +279,7 @@ def grade_class(
     `--resume` (spread.resume) takes up where it stopped.
     """
     out.mkdir(parents=True, exist_ok=True)
-    discovery = discover(folder, assignment)
+    discovery = discover(folder, assignment, out)
     previous = _previous_results(out) if spread.resume else {}
     if spread.resume and options.seed is None:
         seeds = {result.seed for result in previous.values()}
@@ -245,6 +297,9 @@ def grade_class(
     ):
         kept = previous.get(file_stem(submission.student))
         if kept is not None and _still_valid(kept, submission, options):
+            if submission.stamp(kept) != kept:  # the same notebook, moved in the submissions folder
+                kept = submission.stamp(kept)
+                write_json(out / f"{file_stem(kept.student)}.json", to_dict(kept))
             results.append(kept)
         else:
             tasks.append((submission, options, placement, spread.share_workers))
@@ -261,13 +316,14 @@ def grade_class(
         else:
             write_json(out / f"{file_stem(student)}.json", to_dict(result))
             results.append(result)
-            write_grade_table(_by_student(results), out / "grades.csv")
+            write_class_table(_by_student(results), out)
             if result.grader_errors:  # graded, but the grader failed on part of it: the staff must know
                 failures.append((student, "\n\n".join(result.grader_errors)))
         if on_student:
             on_student(student, len(results) + len(unwritten), total)
 
-    write_grade_table(_by_student(results), out / "grades.csv")
+    write_class_table(_by_student(results), out)
+
     def lost(task: tuple, why: str) -> None:
         record((task[0].student, None, f"its grading was lost with the worker processes that ran it: {why}"))
 
@@ -368,8 +424,9 @@ def grade_submission(
 
 
 def _sha256(path: Path | None) -> str:
+    """The hand-in's hash, or "" where it cannot be read as a notebook (a link, too large: its verdict says why)."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest() if path else ""
+        return regular_file_sha256(path, MAX_NOTEBOOK_BYTES) if path else ""
     except OSError:
         return ""
 
@@ -406,6 +463,7 @@ def _still_valid(result: StudentResult, submission: Submission, options: GradeOp
 MAX_STEM_CHARS = 64
 _HASHED_STEM = re.compile(r".*-[0-9a-f]{8}")  # an id that looks hashed is hashed too, so stems never collide
 FAILURES_STEM = "grader-failures"  # the grader's own file beside the results: no student's file is named so
+GRADED_LIST = "graded.txt"  # the result files of the latest grading run into a folder, one a line
 
 
 def file_stem(student: str) -> str:
@@ -445,8 +503,12 @@ def grade_table(results: list[StudentResult] | tuple[StudentResult, ...]) -> pd.
     return pd.DataFrame(rows, columns=columns)
 
 
-def write_grade_table(results: list[StudentResult] | tuple[StudentResult, ...], path: Path) -> None:
-    _atomic_write(path, csv_text(grade_table(results)))
+def write_class_table(results: list[StudentResult] | tuple[StudentResult, ...], out: Path) -> None:
+    """`out/grades.csv`, and `out/GRADED_LIST`: the result files of these students, the ones that publishing
+    reads (autograder.publish.results), so a result left in `out` by an earlier run (a student since removed or
+    renamed) is published no more than it is in grades.csv."""
+    _atomic_write(out / "grades.csv", csv_text(grade_table(results)))
+    _atomic_write(out / GRADED_LIST, "".join(f"{file_stem(result.student)}.json\n" for result in results))
 
 
 def _atomic_write(path: Path, text: str) -> None:

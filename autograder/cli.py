@@ -22,7 +22,7 @@ from rich.progress import (
 
 from autograder import calibration, report, wire
 from autograder import gradebook as gradebooks
-from autograder.batch import ClassOptions, grade_class, write_json
+from autograder.batch import ClassOptions, check_assignment, grade_class, write_json
 from autograder.errors import GraderError
 from autograder.grade import NOT_STARTED, GradeOptions, grade_notebook
 from autograder.isolation import Worker
@@ -39,8 +39,9 @@ def cli() -> None:
     """Grade the CUDA parallel-reduction assignment."""
 
 
-# Exit statuses: 0 graded (whatever the grades), 1 a configuration error, 2 a usage error (click), 3 the grader
-# itself failed on a hand-in.
+# Exit statuses: 0 graded (whatever the grades), 1 a configuration error (a bad rubric; an unreadable gradebook),
+# 2 a usage error (click), 3 the grader itself failed on a hand-in.
+EXIT_CONFIGURATION = 1
 EXIT_GRADER_FAILED = 3
 
 
@@ -97,6 +98,13 @@ def _writable_folder(context: click.Context, parameter: click.Parameter, folder:
     return folder
 
 
+def _assignment_name(context: click.Context, parameter: click.Parameter, assignment: str | None) -> str | None:
+    try:
+        return None if assignment is None else check_assignment(assignment)
+    except GraderError as error:
+        raise click.BadParameter(str(error), context, parameter) from None
+
+
 def grading_options(function):
     for option in reversed(_grading_options):
         function = option(function)
@@ -113,7 +121,8 @@ def grading_options(function):
     callback=_writable_folder,
     help="Folder for <student>.json results and grades.csv.",
 )
-@click.option("--assignment", help="The assignment folder to take in nbgrader's layout (e.g. reduction).")
+@click.option("--assignment", callback=_assignment_name,
+              help="The folder in each student's folder that holds the hand-in, in nbgrader's layout (reduction).")
 @click.option(
     "--workers", type=click.IntRange(min=1), default=1, show_default=True,
     help="Students graded at once on this machine; more than 1 starts a local Dask cluster.",
@@ -173,10 +182,17 @@ def grade(
         output.print(f"{run.lost_workers} worker process(es) were lost on the way; their students were graded again")
     output.print(f"results: {out}/<student>.json, class table: {out}/grades.csv")
     gradebook = gradebook or gradebooks.course_gradebook(submissions)
+    compared = True
     if assignment and gradebook.is_file():
-        output.print(gradebooks.report(run.results, gradebook, assignment), markup=False, highlight=False)
+        try:
+            output.print(gradebooks.report(run.results, gradebook, assignment), markup=False, highlight=False)
+        except GraderError as error:
+            console.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
+            compared = False
     if run.failures:
         sys.exit(EXIT_GRADER_FAILED)
+    if not compared:
+        sys.exit(EXIT_CONFIGURATION)
 
 
 @contextmanager
@@ -288,17 +304,24 @@ def _salted(function: click.decorators.FC) -> click.decorators.FC:
     return function
 
 
-def _publish(module: str, **options: object) -> None:
+def _publish(module: str, results_path: Path, **options: object) -> None:
     """Run the main of autograder.publish.<module>, list what it wrote, and turn expected failures into a clean
     exit. Imported here, so that grading never pays for pandas and matplotlib."""
     import importlib
 
+    from autograder.publish.results import left_out
+
     try:
-        written = importlib.import_module(f"autograder.publish.{module}").main(**options)
+        written = importlib.import_module(f"autograder.publish.{module}").main(results_path=results_path, **options)
+        stale = left_out(results_path)
     except GraderError as error:
         raise click.ClickException(str(error)) from None
     for path in written:
         click.echo(str(path))
+    if stale:
+        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        click.echo(f"left out {len(stale)} result file(s) that the latest grading run did not write (students no "
+                   f"longer in the submissions folder?): {shown}", err=True)
 
 
 @cli.command()

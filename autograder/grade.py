@@ -87,7 +87,8 @@ def grade_notebook(
     try:
         cells = stage_cells(path)
     except NotebookError as error:
-        stages = tuple(_unreadable(stage_id, Status.INVALID_CELL, str(error), options.rubric) for stage_id in STAGE_IDS)
+        message = f"{student}: {error}"  # the file's name alone may be every student's (reduction.ipynb)
+        stages = tuple(_unreadable(stage_id, Status.INVALID_CELL, message, options.rubric) for stage_id in STAGE_IDS)
         device = worker.device if worker else DeviceInfo(backend=options.backend, name=NOT_STARTED)
         return _student(student, path, options, started, device, stages, problems=(str(error),))
     except Exception as error:  # a bug in reading notebooks must not lose the student: every stage says so
@@ -138,7 +139,7 @@ def _student_run(
     """The pipeline's shared state over the student's workers, which end with it (autograder.executors)."""
     sandbox = Sandbox(options.sandbox)
     workers = StudentWorkers(
-        options.backend, options.backend_options, sandbox, share=share, main=worker, sessions=sessions
+        options.backend, worker_options(options), sandbox, share=share, main=worker, sessions=sessions
     )
     try:
         yield StudentRun.start(options, workers)
@@ -148,7 +149,14 @@ def _student_run(
 
 def new_worker(options: GradeOptions, backend: str | None = None) -> Worker:
     """A fresh worker for one student, isolated as the options say."""
-    return Worker(backend or options.backend, dict(options.backend_options), sandbox=Sandbox(options.sandbox))
+    return Worker(backend or options.backend, worker_options(options), sandbox=Sandbox(options.sandbox))
+
+
+def worker_options(options: GradeOptions) -> dict[str, object]:
+    """The backend options of a student's workers: the run's, and its secret seed, from which the CPU backend
+    draws the blocks of each launch whose technique it measures, so that a kernel cannot know them."""
+    seeded = {"seed": options.seed} if options.seed is not None else {}
+    return {**options.backend_options, **seeded}
 
 
 def no_notebook(student: str, options: GradeOptions, why: str) -> StudentResult:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.errors import GraderError
 from autograder.nbgrade import GRADED_CELL_PREFIX
 from autograder.records import StudentResult
 
@@ -34,23 +35,30 @@ def course_gradebook(submissions: Path) -> Path:
 def compare(
     results: Sequence[StudentResult], gradebook: Path, assignment: str
 ) -> tuple[list[Disagreement], list[str]]:
-    """The stages whose gradebook score differs from ours, and the students the gradebook has not autograded."""
+    """The stages whose gradebook score differs from ours, and the students the gradebook has not autograded;
+    GraderError where the gradebook cannot be read."""
     from nbgrader.api import Gradebook, MissingEntry  # only here: nbgrader pulls in SQLAlchemy
+    from sqlalchemy.exc import SQLAlchemyError
 
     disagreements: list[Disagreement] = []
     missing: list[str] = []
-    with Gradebook(f"sqlite:///{gradebook}") as book:
-        for result in results:
-            try:
-                notebook = book.find_submission_notebook(assignment, Path(result.notebook).stem, result.student)
-            except MissingEntry:
-                missing.append(result.student)
-                continue
-            theirs = {grade.name.removeprefix(GRADED_CELL_PREFIX): grade.score or 0.0 for grade in notebook.grades}
-            for stage in result.stages:
-                ours = stage.points.total if stage.points else 0.0
-                if stage.stage in theirs and abs(ours - theirs[stage.stage]) > TOLERANCE:
-                    disagreements.append(Disagreement(result.student, stage.stage, ours, theirs[stage.stage]))
+    try:
+        with Gradebook(f"sqlite:///{gradebook}") as book:
+            for result in results:
+                try:
+                    notebook = book.find_submission_notebook(assignment, Path(result.notebook).stem, result.student)
+                except MissingEntry:
+                    missing.append(result.student)
+                    continue
+                theirs = {grade.name.removeprefix(GRADED_CELL_PREFIX): grade.score or 0.0 for grade in notebook.grades}
+                for stage in result.stages:
+                    ours = stage.points.total if stage.points else 0.0
+                    if stage.stage in theirs and abs(ours - theirs[stage.stage]) > TOLERANCE:
+                        disagreements.append(Disagreement(result.student, stage.stage, ours, theirs[stage.stage]))
+    except SQLAlchemyError as error:  # a damaged file, another kind of database, a file that cannot be opened
+        reason = str(getattr(error, "orig", None) or error).splitlines()[0]
+        raise GraderError(f"{gradebook}: nbgrader's gradebook cannot be read ({reason}), so these grades were not "
+                          "compared with it (they are written)") from None
     return disagreements, missing
 
 

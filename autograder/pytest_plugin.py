@@ -26,7 +26,7 @@ then, so other test runs do not pay for it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from autograder.records import PerfVerdict, Points, Status
 from autograder.stages import STAGE_IDS, STAGES
 
 if TYPE_CHECKING:
+    from autograder.batch import Submission
     from autograder.grade import GradeOptions
     from autograder.publish.figures import StageFigures
     from autograder.records import StudentResult
@@ -67,7 +68,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--grade-quick", action="store_true", help="Skip the largest correctness cases.")
     group.addoption("--grade-no-speed", action="store_true", help="Do not time correct stages on a GPU.")
     group.addoption(
-        "--grade-assignment", metavar="NAME", help="The assignment folder to take in nbgrader's layout (reduction)."
+        "--grade-assignment", metavar="NAME",
+        help="The folder in each student's folder that holds the hand-in, in nbgrader's layout (reduction).",
     )
     group.addoption(
         "--grade-out",
@@ -196,28 +198,23 @@ class Submissions(pytest.Directory):
     """A folder of hand-ins, in any layout `autograder grade` takes: one Student per hand-in."""
 
     def collect(self) -> list[Student]:
-        from autograder.batch import find_submissions
-
-        grading = self.config.stash[GRADING]
-        return [
-            Student.from_parent(
-                self,
-                name=submission.student,
-                nodeid=submission.student,
-                path=submission.notebook or self.path / submission.student,
-                problem=submission.problem,
-            )
-            for submission in find_submissions(self.path, grading.assignment)
-        ]
+        hand_ins = self.config.stash[GRADING].hand_ins[self.path.resolve()]
+        return [Student.of(self, submission, submission.notebook or self.path / submission.shown)
+                for submission in hand_ins]
 
 
 class Student(pytest.Collector):
     """One hand-in. Its node id is the student's name; its setup grades the notebook (once per session)."""
 
-    def __init__(self, *, problem: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, submission: Submission, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.problem = problem  # why no single notebook was found in the student's folder
+        self.submission = submission
         self.figures: dict[str, StageFigures] = {}
+
+    @classmethod
+    def of(cls, parent: pytest.Collector, submission: Submission, path: Path) -> Student:
+        return cls.from_parent(parent, name=submission.student, nodeid=submission.student, path=path,
+                               submission=submission)
 
     def collect(self) -> list[Stage]:
         return [Stage.from_parent(self, name=stage.id) for stage in STAGES]
@@ -225,7 +222,7 @@ class Student(pytest.Collector):
     def setup(self) -> None:
         from autograder.publish.figures import all_figures
 
-        result = self.config.stash[GRADING].result(self.name, self.path, self.problem)
+        result = self.config.stash[GRADING].result(self.submission)
         self.figures = {figures.stage.id: figures for figures in all_figures(result)}
 
 
@@ -276,25 +273,23 @@ class Grading:
 
     def __init__(self, config: pytest.Config, paths: list[Path]) -> None:
         self.paths = paths
-        self.folders = {path.resolve() for path in paths if path.is_dir()}
-        self.notebooks = {path.resolve() for path in paths if path.is_file()}
         self.options = grade_options(config)
-        self.assignment: str | None = config.getoption("grade_assignment")
         out = config.getoption("grade_out")
         self.out = Path(out) if out else None
+        # Each --grade path's hand-ins, found once here, so each student's name is known to be one hand-in's.
+        self.hand_ins = distinct_hand_ins(paths, config.getoption("grade_assignment"), self.out)
         self.results: dict[str, StudentResult] = {}  # by student
         # (student, stage) -> check -> (outcome, points, max_points), from the items' reports
         self.outcomes: dict[tuple[str, str], dict[str, tuple[str, float, float]]] = {}
 
-    def result(self, student: str, notebook: Path, problem: str | None) -> StudentResult:
+    def result(self, submission: Submission) -> StudentResult:
         """The student's result, graded the first time it is asked for, and written to --grade-out at once."""
+        student = submission.student
         if student not in self.results:
-            from autograder.batch import Submission, file_stem, grade_submission, write_json
+            from autograder.batch import file_stem, grade_submission, write_json
             from autograder.records import to_dict
             from autograder.schedule import Placement
 
-            # A problem says why the student's folder gave no notebook to grade (autograder.batch.discover).
-            submission = Submission(student, None if problem else notebook, problem, shown=notebook.name)
             _, result, failure = grade_submission(submission, self.options, Placement(None))
             if result is None:
                 raise RuntimeError(f"the grader failed on {student}: {failure}")
@@ -315,12 +310,13 @@ class Grading:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-        return Submissions.from_parent(parent, path=path) if path.resolve() in self.folders else None
+        return Submissions.from_parent(parent, path=path) if path.is_dir() and path.resolve() in self.hand_ins else None
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-        if file_path.resolve() not in self.notebooks:
+        if not file_path.is_file() or file_path.resolve() not in self.hand_ins:
             return None
-        return Student.from_parent(parent, name=file_path.stem, nodeid=file_path.stem, path=file_path)
+        (submission,) = self.hand_ins[file_path.resolve()]
+        return Student.of(parent, submission, file_path)
 
     # Reporting.
 
@@ -357,10 +353,10 @@ class Grading:
 
             session.config.workeroutput[RESULTS_KEY] = [to_dict(r) for r in self.results.values()]  # type: ignore[attr-defined]
         elif self.out and self.results:
-            from autograder.batch import write_grade_table
+            from autograder.batch import write_class_table
 
             self.out.mkdir(parents=True, exist_ok=True)
-            write_grade_table(sorted(self.results.values(), key=lambda result: result.student), self.out / "grades.csv")
+            write_class_table(sorted(self.results.values(), key=lambda result: result.student), self.out)
 
     # pytest-xdist: one seed for every worker, a student's items on one worker, the results back to the controller.
 
@@ -383,6 +379,47 @@ class Grading:
 
 
 GRADING = pytest.StashKey[Grading]()
+
+
+def distinct_hand_ins(
+    paths: list[Path], assignment: str | None, out: Path | None
+) -> dict[Path, tuple[Submission, ...]]:
+    """The hand-ins of each --grade path (by resolved path; a notebook is one hand-in, a folder holds any layout
+    `autograder grade` takes), each student's name held by one hand-in only.
+
+    Two paths may give the same name (`a/reduction.ipynb` and `b/reduction.ipynb`, two sections' `alice.ipynb`):
+    each such name is given the name of its --grade path's folder first (`a-reduction`), whatever the order of the
+    options, so no two hand-ins share a result. Where that is not enough, the run is refused.
+    """
+    from autograder.batch import Submission, find_submissions
+    from autograder.errors import GraderError
+
+    found: dict[Path, tuple[Submission, ...]] = {}
+    for path in paths:
+        key = path.resolve()
+        try:
+            found[key] = (tuple(find_submissions(path, assignment, out)) if path.is_dir()
+                          else (Submission(path.stem, path, shown=path.name),))
+        except GraderError as error:
+            raise pytest.UsageError(f"--grade {path}: {error}") from None
+    claims: dict[str, list[Path]] = {}
+    for key, hand_ins in found.items():
+        for submission in hand_ins:
+            claims.setdefault(submission.student, []).append(key)
+    shared = {student for student, keys in claims.items() if len(keys) > 1}
+    renamed = {
+        key: tuple(replace(submission, student=f"{key.name if key.is_dir() else key.parent.name}-{submission.student}")
+                   if submission.student in shared else submission for submission in hand_ins)
+        for key, hand_ins in found.items()
+    }
+    owners: dict[str, Path] = {}
+    for key, hand_ins in renamed.items():
+        for submission in hand_ins:
+            if submission.student in owners:
+                raise pytest.UsageError(f"--grade {owners[submission.student]} and --grade {key} both hold a hand-in "
+                                        f"named {submission.student!r}; grade them in separate runs")
+            owners[submission.student] = key
+    return renamed
 
 
 def summary_lines(

@@ -143,8 +143,9 @@ def class_table(results: tuple[StudentResult, ...]) -> Table:
 CLASS_LEGEND = (
     "Columns are stages: "
     + ", ".join(f"{get_stage(s).number} {s}" for s in REQUIRED_STAGE_IDS)
-    + ".\nok = correct (+ fast enough, slow too slow), wrong, comp = compile error, time = timeout, "
-    "! = races or bounds findings, - = not attempted."
+    + ".\nok = correct (+ fast enough, slow too slow), wrong, comp = compile error, time = timeout, crash, "
+    "cell? = a cell or notebook that cannot be read, ! = races or bounds findings, - = not attempted, "
+    "ERR = the grader failed."
 )
 
 

@@ -127,3 +127,51 @@ def test_the_results_of_a_run_can_be_published(graded, tmp_path: Path) -> None:
     for command in ("leaderboard", "feedback", "export"):
         result = CliRunner().invoke(cli, [command, str(out), "--out", str(tmp_path / command)])
         assert result.exit_code == 0, result.output
+
+
+def test_an_assignment_that_is_not_a_folder_name_is_a_usage_error(tmp_path: Path) -> None:
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "nobody.ipynb")
+    for assignment in (str(tmp_path), "../ben/reduction"):
+        result = CliRunner().invoke(cli, ["grade", str(tmp_path), "--assignment", assignment, "--backend", "cpu",
+                                          "--out", str(tmp_path.parent / f"{tmp_path.name}-out")])
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+        assert "Invalid value for '--assignment'" in result.output and "a folder name" in result.output
+
+
+def test_a_damaged_gradebook_is_one_line_after_the_results_and_a_configuration_error(tmp_path: Path) -> None:
+    course = tmp_path / "course"
+    (course / "submitted" / "ann" / "reduction").mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(), course / "submitted" / "ann" / "reduction" / "reduction.ipynb")
+    (course / "gradebook.db").write_text("not a database")
+    out = tmp_path / "results"
+    result = CliRunner().invoke(cli, ["grade", str(course / "submitted"), "--assignment", "reduction", "--out",
+                                      str(out), "--backend", "cpu", "--quick"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output and (out / "ann.json").is_file()
+    (line,) = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert line == (f"error: {course / 'gradebook.db'}: nbgrader's gradebook cannot be read (file is not a "
+                    "database), so these grades were not compared with it (they are written)")
+
+
+def test_publishing_names_the_results_the_latest_run_left_out(tmp_path: Path) -> None:
+    submissions, out = tmp_path / "submissions", tmp_path / "results"
+    submissions.mkdir()
+    for student in ("alice", "carol"):
+        nbformat.write(nbformat.v4.new_notebook(), submissions / f"{student}.ipynb")
+    grade = ["grade", str(submissions), "--out", str(out), "--backend", "cpu", "--quick", "--seed", "3"]
+    assert CliRunner().invoke(cli, grade).exit_code == 0
+    (submissions / "carol.ipynb").unlink()
+    assert CliRunner().invoke(cli, grade).exit_code == 0
+    for command in ("leaderboard", "feedback", "export"):
+        result = CliRunner().invoke(cli, [command, str(out)])
+        assert result.exit_code == 0, result.output
+        assert "left out 1 result file(s) that the latest grading run did not write" in result.output
+        assert "carol.json" in result.output and "carol" not in "".join(p.name for p in out.rglob("*") if p.is_dir())
+    assert list(pd.read_csv(out / "exports" / "gradebook.csv")["student"]) == ["alice"]
+
+
+def test_the_class_legend_names_every_short_status() -> None:
+    from autograder.report import CLASS_LEGEND, SHORT_STATUS
+
+    for short in SHORT_STATUS.values():
+        assert f"{short} " in CLASS_LEGEND or f"{short}," in CLASS_LEGEND, short

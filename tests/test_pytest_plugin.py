@@ -318,3 +318,32 @@ def test_on_a_gpu_the_items_give_the_points_of_autograder_grade(small_class, tmp
             if stage.status is Status.CORRECT:
                 assert speed.outcome != SKIPPED  # timed and counted on a GPU
         assert abs(mine[student].total - theirs[student].total) <= flipped, student
+
+
+def test_hand_ins_of_the_same_name_each_get_their_own_result(tmp_path) -> None:
+    """GitHub Classroom clones all hold `reduction.ipynb`; two sections may both have an `alice.ipynb`."""
+    repos, sections = tmp_path / "repos", tmp_path / "sections"
+    for place in (repos / "alice-repo", repos / "frank-repo", sections / "sec1", sections / "sec2"):
+        place.mkdir(parents=True)
+    shutil.copy(EXAMPLES / "alice.ipynb", repos / "alice-repo" / "reduction.ipynb")
+    shutil.copy(EXAMPLES / "frank.ipynb", repos / "frank-repo" / "reduction.ipynb")
+    shutil.copy(EXAMPLES / "frank.ipynb", sections / "sec1" / "alice.ipynb")
+    shutil.copy(EXAMPLES / "alice.ipynb", sections / "sec2" / "alice.ipynb")
+    out = tmp_path / "out"
+    paths = (repos / "frank-repo" / "reduction.ipynb", repos / "alice-repo" / "reduction.ipynb", sections / "sec1",
+             sections / "sec2")
+    done = run_pytest(*(f"--grade={path}" for path in paths), *ON_CPU, "--grade-out", str(out), "-k", "correct")
+    assert done.returncode == 1, done.stdout + done.stderr  # frank's first_add does not compile
+    totals = {result.student: result.total for result in load_results(out)}
+    assert totals == {"alice-repo-reduction": 70.0, "frank-repo-reduction": 60.0, "sec1-alice": 60.0,
+                      "sec2-alice": 70.0}
+    assert re.findall(r"^FAILED (\S+?)::", done.stdout, re.MULTILINE) == ["frank-repo-reduction", "sec1-alice"]
+
+
+def test_hand_ins_whose_names_cannot_be_told_apart_are_refused(tmp_path) -> None:
+    for section in ("a", "b"):
+        (tmp_path / section / "x").mkdir(parents=True)
+        shutil.copy(EXAMPLES / "alice.ipynb", tmp_path / section / "x" / "reduction.ipynb")
+    done = run_pytest(*(f"--grade={tmp_path / s / 'x' / 'reduction.ipynb'}" for s in ("a", "b")), *ON_CPU)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "both hold a hand-in named 'x-reduction'; grade them in separate runs" in done.stderr

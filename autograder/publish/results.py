@@ -7,6 +7,10 @@ hand-edited, damaged or drifted file stops the run with the file and the key nam
 a stage from a leaderboard or adding one twice to a gradebook. Files are read only when they are regular files
 of a bounded size, without following symbolic links, so a FIFO or a link in the folder cannot block or redirect
 a run.
+
+Where the folder holds the list of the latest grading run (`graded.txt`, autograder.batch.write_class_table), only
+the files it names are read: a result an earlier run left there, of a student since removed or renamed, is no
+more published than it is in grades.csv (`left_out` names them).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from autograder.batch import FAILURES_STEM, GRADED_LIST
 from autograder.errors import GraderError
 from autograder.files import read_regular_file
 from autograder.records import DeviceInfo, Points, StudentResult, Timing, from_dict, to_dict
@@ -38,8 +43,9 @@ class ResultsError(GraderError):
 def load_results(path: Path) -> list[StudentResult]:
     """The student results in `path`: a folder of `<student>.json` files, or one such file.
 
-    In a folder, JSON files that are not student results (no "stages" key: a summary, a calibration copy) are
-    left alone; every file that is one must read back exactly. Results come sorted by student.
+    In a folder, JSON files that are not student results (no "stages" key: a summary, a calibration copy), and
+    those the latest grading run did not write (`left_out`), are left alone; every file that is one must read back
+    exactly. Results come sorted by student.
     """
     path = Path(path)
     if not path.exists() and not path.is_symlink():
@@ -48,7 +54,10 @@ def load_results(path: Path) -> list[StudentResult]:
         results = [_read_result(path, _read_json(path))]
     else:
         results = []
+        stale = set(left_out(path))
         for file in sorted(path.glob("*.json")):
+            if file.name in stale:
+                continue
             data = _read_json(file)
             if isinstance(data, dict) and "stages" in data:
                 results.append(_read_result(file, data))
@@ -61,6 +70,21 @@ def load_results(path: Path) -> list[StudentResult]:
                                f"{result.notebook}; keep one")
         seen[result.student] = result.notebook
     return sorted(results, key=lambda r: r.student)
+
+
+def left_out(path: Path) -> list[str]:
+    """The `.json` files of the results folder `path` that its latest grading run did not write or keep (none
+    where the folder has no list of that run: one written by an earlier version)."""
+    listing = Path(path) / GRADED_LIST
+    if not Path(path).is_dir() or not listing.exists():
+        return []
+    try:
+        graded = set(read_regular_file(listing, MAX_RESULT_BYTES).decode("utf-8").splitlines())
+    except (OSError, UnicodeDecodeError) as error:
+        raise ResultsError(f"{listing}: cannot read the list of the latest grading run ({error}); grade the class "
+                           "again, or delete it to publish every result file") from None
+    return sorted(file.name for file in Path(path).glob("*.json")
+                  if file.name not in graded and file.stem != FAILURES_STEM)
 
 
 def results_folder(path: Path) -> Path:
