@@ -16,7 +16,7 @@ import pytest
 from autograder import executors
 from autograder.batch import grade_class
 from autograder.errors import GraderError, KernelFault
-from autograder.grade import GradeOptions, _student_run, grade_notebook
+from autograder.grade import GradeOptions, _student_run, grade_notebook, worker_options
 from autograder.isolation import worker_kind
 from autograder.notebook import kernel_cell, stage_cells
 from autograder.pipeline.student import _contained, grade_student
@@ -114,7 +114,7 @@ def test_an_attack_in_a_kept_worker_changes_no_later_students_verdict(attack: st
     executors.close_kept()
     # The attacker alone, in this process: whether its worker is kept for the next student.
     grade_notebook(tmp_path / "a_attacker.ipynb", "a_attacker", OPTIONS, share=True)
-    assert bool(executors._kept.get(worker_kind("gpu", {}, Sandbox(OPTIONS.sandbox), ()))) == keeps
+    assert bool(executors._kept.get(worker_kind("gpu", worker_options(OPTIONS), Sandbox(OPTIONS.sandbox), ()))) == keeps
     executors.close_kept()
     # The class: the attacker first, the clean student next, in the same process and workers where kept.
     run = grade_class(tmp_path, tmp_path / "results", OPTIONS)
