@@ -199,8 +199,8 @@ def _ready(worker: Worker, canary: bool, gpu: int) -> bool:
             build = reference_build(worker.device, worker.sandbox, CANARY_STAGE)
             stage = get_stage(CANARY_STAGE)
             with gpu_gate(gpu, exclusive=False):
-                value, findings = worker.call(run_case, build, CANARY_CASE, 256, timeout=RESET_SECONDS)
-            if findings or value != case_reference(stage, CANARY_CASE, 256)[0]:
+                value, findings, wrong = worker.call(run_case, build, CANARY_CASE, 256, timeout=RESET_SECONDS)
+            if findings or wrong or value != case_reference(stage, CANARY_CASE, 256)[0]:
                 return False
             worker.call(forget, timeout=RESET_SECONDS)
     except GraderError:

@@ -12,6 +12,10 @@ Every buffer carries a guard tail. Inputs are followed by values that spoil the 
 and their guard tails are checked afterwards, so a kernel that leaves an output unwritten or writes past its end
 is caught. The input is read-only (`const float *g_in`): after a checked run the first pass's input is compared
 with what was loaded, so a kernel that writes it fails on every backend, not only where a later call reuses it.
+
+A checked run also keeps what every pass wrote, so that each pass can be held to the contract (`wrong_output`):
+the right final value from wrong passes (block 0 adding everything, a 1-D max over a max2d matrix) is not the
+kernel the contract asks for.
 """
 
 from __future__ import annotations
@@ -28,6 +32,16 @@ from autograder.stages import MAX2D_BLOCK, Shape, Stage
 
 GUARD_MIN = 4096  # values after every buffer, at least
 POISON = float("nan")
+UNIT_ROUNDOFF = 2.0**-24  # float32
+WRONG_PASS = "of the reduction: "  # in what `Plan.wrong_output` says
+
+
+def sum_tolerance(count: int, elements_per_thread: int, magnitude: float | np.ndarray) -> float | np.ndarray:
+    """The bound a correct float32 sum of `count` values meets, whose absolute values sum to `magnitude`: a tree
+    of depth log2(count) with up to `elements_per_thread` sequential adds per thread (the classic bound for
+    recursive summation), with a factor of two to spare."""
+    depth = math.ceil(math.log2(max(count, 2))) + elements_per_thread + 2
+    return 2.0 * depth * UNIT_ROUNDOFF * magnitude
 
 
 def guard_value(shape: Shape) -> float:
@@ -91,6 +105,7 @@ class Plan:
     owns_input: bool = True
     loaded: np.ndarray | None = field(default=None, repr=False)  # what `load` wrote, to check it is unchanged
     _value: float | None = field(default=None, repr=False)  # what the last checked run left, read back
+    _outputs: list[np.ndarray] | None = field(default=None, repr=False)  # what each pass of it wrote
     _result_buffer: Buffer | None = field(default=None, repr=False)
 
     @classmethod
@@ -140,18 +155,19 @@ class Plan:
         empty without `check_each_pass`).
 
         A checked run waits for the device once, not once a pass: what it checks is copied aside on the device
-        as it goes (each output's guard tail as its pass left it, before that tail becomes the next pass's input
-        guard; then the value and the input), and read back in one download at the end. On a GPU that other
+        as it goes (each output, guard tail included, as its pass left it, before that tail becomes the next
+        pass's input guard; then the input), and read back in one download at the end. On a GPU that other
         processes use at the same time, each wait is also a wait for their turns (README, "Large classes").
         """
         stage = self.kernel.stage
         sizes = pass_sizes(stage, self.size, self.block_size)
         self._value = None
+        self._outputs = None
         evidence = None
         if check_each_pass:
             written = [output_count(stage, size, self.block_size) for size in sizes]
-            tails = [self.scratch[index % 2].physical_count - count for index, count in enumerate(written)]
-            starts = list(itertools.accumulate([1, *tails]))  # the value, each pass's tail, then the input
+            lengths = [self.scratch[index % 2].physical_count for index in range(len(sizes))]
+            starts = list(itertools.accumulate([0, *lengths]))  # each pass's output, then the input
             evidence = self.backend.alloc(starts[-1] + self.input.physical_count)
         try:
             source = self.input
@@ -162,26 +178,48 @@ class Plan:
                     self.backend.fill(target, POISON)
                 self.backend.launch(self.kernel, grid, block, shared, (source, target, *size))
                 if evidence is not None:
-                    self.backend.copy(target, evidence, tails[index], start=written[index], to=starts[index])
+                    self.backend.copy(target, evidence, lengths[index], to=starts[index])
                     # The guard tail of this output is the next pass's input guard.
                     self.backend.fill(target, guard_value(stage.shape), start=written[index])
                 source = target
             self._result_buffer = source
             if evidence is None:
                 return ()
-            self.backend.copy(source, evidence, 1)
             self.backend.copy(self.input, evidence, self.input.physical_count, to=starts[-1])
             self.backend.synchronize()
             seen = self.backend.download(evidence)
         finally:
             if evidence is not None:
                 self.backend.free(evidence)
-        self._value = float(seen[0])
+        outputs = [seen[starts[index] : starts[index + 1]] for index in range(len(sizes))]
+        self._outputs = [output[:count] for output, count in zip(outputs, written, strict=True)]
+        self._value = float(outputs[-1][0])
         guards = [
-            self._check_guard(seen[starts[index] : starts[index + 1]], count, index + 1)
-            for index, count in enumerate(written)
+            self._check_guard(output[count:], count, index + 1)
+            for index, (output, count) in enumerate(zip(outputs, written, strict=True))
         ]
         return (*(found for found in guards if found is not None), *self._check_input(seen[starts[-1] :]))
+
+    def wrong_output(self) -> str | None:
+        """Where the last checked run's passes broke the contract, or None: each pass's output against what the
+        contract makes of that pass's input (the first pass's as loaded, every later one's as the pass before
+        wrote it). For a sum, block b's sum of its slice, within float32 rounding (exactly where the values are
+        whole numbers); for max2d, the quadrant maxima, exactly. The open stage's blocks may share the work out
+        as they like: only its final value counts."""
+        stage = self.kernel.stage
+        if stage.optional or self.loaded is None or self._outputs is None:
+            return None
+        source = self.loaded
+        sizes = pass_sizes(stage, self.size, self.block_size)
+        for number, (size, output) in enumerate(zip(sizes, self._outputs, strict=True)):
+            if stage.shape is Shape.SUM_1D:
+                wrong = _wrong_sums(source, output, self.block_size * stage.elements_per_thread, stage)
+            else:
+                wrong = _wrong_maxima(source, output, size)
+            if wrong is not None:
+                return f"pass {number + 1} {WRONG_PASS}{wrong}"
+            source = output
+        return None
 
     def result(self) -> float:
         """The single value the last `run` left."""
@@ -229,3 +267,49 @@ class Plan:
     def release(self) -> None:
         for buffer in (self.input, *self.scratch) if self.owns_input else self.scratch:
             self.backend.free(buffer)
+
+
+def _wrong_sums(values: np.ndarray, output: np.ndarray, per_block: int, stage: Stage) -> str | None:
+    """What is wrong with `output` as the sums of the slices of `values`, one a block, or None."""
+    expected = _slice_sums(values, per_block)
+    tolerance: float | np.ndarray = 0.0
+    if not np.array_equal(values, np.rint(values)):  # whole numbers sum exactly in any order
+        tolerance = sum_tolerance(per_block, stage.elements_per_thread, _slice_sums(np.abs(values), per_block))
+    wrong = np.flatnonzero(~(np.abs(output.astype(np.float64) - expected) <= tolerance))
+    if wrong.size == 0:
+        return None
+    block = int(wrong[0])
+    first, last = block * per_block, min(values.size, (block + 1) * per_block) - 1
+    return (
+        f"g_out[{block}] = {float(output[block]):.9g}, but block {block}'s slice, g_in[{first}] to g_in[{last}], "
+        f"sums to {expected[block]:.9g} ({wrong.size} of {output.size} blocks wrong): block b writes the sum of "
+        "its own slice to g_out[b], and nothing else, even where the final sum comes out right"
+    )
+
+
+def _slice_sums(values: np.ndarray, per_block: int) -> np.ndarray:
+    """The float64 sum of each slice of `per_block` values, the last one cut short by the end."""
+    whole = values.size - values.size % per_block
+    sums = values[:whole].reshape(-1, per_block).sum(axis=1, dtype=np.float64)
+    return np.append(sums, values[whole:].sum(dtype=np.float64)) if whole < values.size else sums
+
+
+def _wrong_maxima(values: np.ndarray, output: np.ndarray, size: tuple[int, ...]) -> str | None:
+    """What is wrong with `output` as the quadrant maxima of the `width x height` matrix `values`, or None."""
+    width, height = size
+    half_w, half_h = math.ceil(width / 2), math.ceil(height / 2)
+    padded = np.full((2 * half_h, 2 * half_w), -np.inf, dtype=np.float32)
+    padded[:height, :width] = values.reshape(height, width)
+    top = np.maximum(padded[:half_h, :half_w], padded[:half_h, half_w:])
+    expected = np.maximum(top, np.maximum(padded[half_h:, :half_w], padded[half_h:, half_w:]))
+    got = output.reshape(half_h, half_w)
+    wrong = np.argwhere(~(got == expected))
+    if wrong.size == 0:
+        return None
+    y, x = (int(index) for index in wrong[0])
+    return (
+        f"out({x}, {y}) = {float(got[y, x]):.9g}, but the max of in({x}, {y}), in({x + half_w}, {y}), "
+        f"in({x}, {y + half_h}) and in({x + half_w}, {y + half_h}) (those inside the {width} x {height} matrix) is "
+        f"{float(expected[y, x]):.9g} ({len(wrong)} of {got.size} wrong): each step writes the quadrant maxima, "
+        "even where the final max comes out right"
+    )

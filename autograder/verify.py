@@ -22,11 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from autograder.backends.base import Backend, Kernel
-from autograder.launch import Plan
+from autograder.launch import WRONG_PASS, Plan, sum_tolerance
 from autograder.records import Build, CaseResult, Finding, KernelMetrics, KernelSource
 from autograder.stages import MAX2D_SHAPES, SUM_SIZES, Shape, Stage, get_stage
 
-UNIT_ROUNDOFF = 2.0**-24  # float32
 QUICK_LIMIT = 1 << 17  # largest case of a quick check (the notebook self-check on a CPU)
 
 
@@ -166,13 +165,8 @@ class Sums:
         return cls(exact, magnitude, integral, data.size)
 
     def tolerance(self, stage: Stage) -> float:
-        """The bound a correct float32 kernel of `stage` meets: a tree of depth log2(n) with up to
-        `elements_per_thread` sequential adds per thread (the classic bound for recursive summation), with a
-        factor of two to spare."""
-        if self.integral:
-            return 0.0
-        depth = math.ceil(math.log2(max(self.count, 2))) + stage.elements_per_thread + 2
-        return 2.0 * depth * UNIT_ROUNDOFF * self.magnitude
+        """The bound a correct float32 kernel of `stage` meets (autograder.launch.sum_tolerance)."""
+        return 0.0 if self.integral else float(sum_tolerance(self.count, stage.elements_per_thread, self.magnitude))
 
 
 def reference(stage: Stage, data: np.ndarray, block_size: int) -> tuple[float, float]:
@@ -190,10 +184,15 @@ def case_reference(stage: Stage, case: Case, block_size: int) -> tuple[float, fl
     return reference(stage, make_input(case), block_size)
 
 
-def judge(stage: Stage, case: Case, got: float | None, block_size: int, error: str | None = None) -> CaseResult:
-    """A case's verdict from the value the kernel gave."""
+def judge(
+    stage: Stage, case: Case, got: float | None, block_size: int, error: str | None = None, wrong: str | None = None
+) -> CaseResult:
+    """A case's verdict from the value the kernel gave, and where its passes broke the contract (`wrong`), which
+    is the case's error where the value itself is right."""
     expected, tolerance = case_reference(stage, case, block_size)
     passed = error is None and got is not None and math.isfinite(got) and abs(got - expected) <= tolerance
+    if passed and wrong is not None:
+        passed, error = False, wrong
     return CaseResult(
         label=case.label,
         size=case.size,
@@ -250,17 +249,21 @@ def forget(backend: Backend) -> None:
     backend.reset()
 
 
-def run_case(backend: Backend, build: Build, case: Case, block_size: int) -> tuple[float, tuple[Finding, ...]]:
-    """Run one whole reduction of a case's input; the value it left and what was seen on the way."""
+def run_case(
+    backend: Backend, build: Build, case: Case, block_size: int
+) -> tuple[float, tuple[Finding, ...], str | None]:
+    """Run one whole reduction of a case's input: the value it left, what was seen on the way, and where a pass
+    broke the contract (autograder.launch.Plan.wrong_output)."""
     kernel = compiled(backend, build.stage_id, build)
     plan = Plan.create(backend, kernel, case.size, block_size)
     try:
         plan.load(make_input(case))
         guard_findings = plan.run(check_each_pass=True)
         value = plan.result()
+        wrong = plan.wrong_output()
     finally:
         plan.release()
-    return value, guard_findings + backend.findings()
+    return value, guard_findings + backend.findings(), wrong
 
 
 def sanitized_run(backend: Backend, build: Build, case: Case, block_size: int) -> None:
@@ -300,6 +303,17 @@ def hint(
     advice = undefined_hint(findings, kinds=RACE_KINDS + ("barrier_divergence",))
     if advice:
         return advice
+    if all(case.error and WRONG_PASS in case.error for case in failed):
+        if stage.shape is Shape.MAX_2D:
+            return (
+                "every max is right, but not every step's matrix: output (x, y) of a step is the max of (x, y), "
+                "(x + hw, y), (x, y + hh) and (x + hw, y + hh) of its input, with hw and hh its half sides rounded up"
+            )
+        per_block = block_size * stage.elements_per_thread
+        return (
+            "every sum is right, but not every block's: block b sums exactly its own slice, elements "
+            f"b * {per_block} to b * {per_block} + {per_block - 1}, and writes that sum to g_out[b]"
+        )
     if any(case.got is not None and not math.isfinite(case.got) for case in failed):
         return (
             "some results are NaN or infinite: the kernel read past the end of its input (the grader puts NaN "

@@ -54,7 +54,7 @@ def measure(count: int, rounds: int, calls: list[tuple]) -> None:
             list(worker.call_each(run_case, calls, [60.0] * len(calls)))  # kernels loaded, inputs drawn: not counted
             started, used = time.perf_counter(), cpu_seconds(worker._process.pid)
             for _ in range(rounds):
-                values[index] = sum(value for value, _ in worker.call_each(run_case, calls, [60.0] * len(calls)))
+                values[index] = sum(value for value, _, _ in worker.call_each(run_case, calls, [60.0] * len(calls)))
             walls[index] = (time.perf_counter() - started) / rounds
             cpus[index] = (cpu_seconds(worker._process.pid) - used) / rounds
 

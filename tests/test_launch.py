@@ -11,10 +11,11 @@ import pytest
 
 from autograder.backends import create_backend
 from autograder.backends.base import Backend
-from autograder.launch import Plan, launch_geometry, output_count, pass_sizes
+from autograder.launch import Plan, _wrong_sums, launch_geometry, output_count, pass_sizes
 from autograder.records import KernelSource
 from autograder.references import reference_source
 from autograder.stages import get_stage
+from autograder.verify import draw, reference
 
 
 def test_one_element_per_thread_until_one_value_remains() -> None:
@@ -94,3 +95,120 @@ def test_copy_moves_values_between_buffers_after_what_is_queued(backend: Backend
     finally:
         backend.free(source)
         backend.free(target)
+
+
+# --- each pass held to the contract, whatever the final value -------------------------------------------------
+
+
+def tree_kernel(stage_id: str, load: str, store: str = "g_out[blockIdx.x]") -> KernelSource:
+    """A kernel of the stage that puts `load` into slot tid of the shared array, folds it as stage 3 does and has
+    thread 0 write the block's sum to `store`."""
+    return KernelSource(f"""
+__global__ void {get_stage(stage_id).kernel_name}(const float *g_in, float *g_out, unsigned int n)
+{{
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int b = blockIdx.x, B = blockDim.x;
+    sdata[tid] = {load};
+    __syncthreads();
+    for (unsigned int s = B / 2; s > 0; s >>= 1) {{
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }}
+    if (tid == 0) {store} = sdata[0];
+}}
+""")
+
+
+def at(index: str) -> str:
+    return f"({index} < n ? g_in[{index}] : 0.0f)"
+
+
+# Kernels whose every final sum is right: the first three share the work out between blocks otherwise than the
+# contract says, and the pass that shows it; the others are unusual but keep to it.
+SUM_KERNELS = {
+    "blocks write each other's outputs": (
+        "sequential", at("b * B + tid"), "g_out[gridDim.x - 1 - b]", "pass 1",
+    ),
+    "a second element a grid apart": (
+        "first_add", f"{at('b * B + tid')} + {at('b * B + tid + gridDim.x * B')}", "g_out[b]", "pass 1",
+    ),
+    "the last pass's blocks in one": (  # the second pass (n = 391 here) puts everything in block 0
+        "sequential", f"(n > 1000 ? {at('b * B + tid')} : (b == 0 ? {at('tid')} + {at('tid + B')} : 0.0f))",
+        "g_out[b]", "pass 2",
+    ),
+    "the slice in reverse": ("sequential", at("b * B + (B - 1 - tid)"), "g_out[b]", None),
+    "first add of neighbours": (
+        "first_add", f"{at('2 * (b * B + tid)')} + {at('2 * (b * B + tid) + 1')}", "g_out[b]", None,
+    ),
+    "the open stage's blocks a grid apart": (
+        "open", " + ".join(at(f"b * B + tid + {k} * gridDim.x * B") for k in range(16)), "g_out[b]", None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SUM_KERNELS)
+@pytest.mark.parametrize("kind", ["integers", "random"])
+def test_every_pass_of_a_sum_writes_its_blocks_slices(backend: Backend, name: str, kind: str) -> None:
+    stage_id, load, store, wrong_pass = SUM_KERNELS[name]
+    stage = get_stage(stage_id)
+    kernel = backend.compile(tree_kernel(stage_id, load, store), stage)
+    n = 100_003
+    data = draw(kind, n, 5)
+    plan = Plan.create(backend, kernel, (n,), 256)
+    try:
+        plan.load(data)
+        assert plan.run(check_each_pass=True) == ()
+        expected, tolerance = reference(stage, data, 256)
+        assert abs(plan.result() - expected) <= tolerance  # the final sum is right either way
+        wrong = plan.wrong_output()
+    finally:
+        plan.release()
+    if wrong_pass is None:
+        assert wrong is None
+    else:
+        assert wrong is not None and wrong.startswith(f"{wrong_pass} of the reduction: g_out[")
+        assert "blocks wrong): block b writes the sum of its own slice to g_out[b]" in wrong
+
+
+def test_a_wrong_sum_of_one_block_is_found_within_float32_rounding() -> None:
+    # Random values: one block's sum off by less than the final tolerance but more than its own slice allows.
+    stage = get_stage("sequential")
+    values = draw("random", 1024, 3)
+    sums = np.add.reduceat(values, np.arange(0, 1024, 256), dtype=np.float64)
+    assert _wrong_sums(values, sums.astype(np.float32), 256, stage) is None  # float32 rounding of right sums
+    sums[2] += 0.01
+    assert _wrong_sums(values, sums.astype(np.float32), 256, stage).startswith("g_out[2] = ")
+
+
+FLAT_QUARTERS = """
+__global__ void max2d(const float *g_in, float *g_out, unsigned int width, unsigned int height)
+{
+    unsigned int half_w = (width + 1) / 2, half_h = (height + 1) / 2;
+    unsigned int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= half_w || y >= half_h) return;
+    size_t quarter = (size_t)half_w * half_h, total = (size_t)width * height, k = (size_t)y * half_w + x;
+    float m = g_in[k];
+    for (size_t j = k + quarter; j < total && j < k + 4 * quarter; j += quarter) m = fmaxf(m, g_in[j]);
+    g_out[k] = m;
+}
+"""
+
+
+@pytest.mark.parametrize("size", [(37, 29), (1, 1000), (1000, 1)])
+def test_every_step_of_max2d_writes_the_quadrant_maxima(backend: Backend, size: tuple[int, int]) -> None:
+    stage = get_stage("max2d")
+    data = draw("random", size[0] * size[1], 9)
+    found = {}
+    for name, source in (("reference", reference_source("max2d")), ("flat quarters", KernelSource(FLAT_QUARTERS))):
+        plan = Plan.create(backend, backend.compile(source, stage), size, 256)
+        try:
+            plan.load(data)
+            plan.run(check_each_pass=True)
+            assert plan.result() == data.max()
+            found[name] = plan.wrong_output()
+        finally:
+            plan.release()
+    assert found["reference"] is None
+    if size == (37, 29):  # for one row or one column, quarters and quadrants are the same
+        assert found["flat quarters"].startswith("pass 1 of the reduction: out(")

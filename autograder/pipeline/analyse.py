@@ -41,7 +41,7 @@ def analyse_on_cpu(run: StudentRun, stage: Stage, source: KernelSource) -> CpuAn
         checker = run.workers.checker()
         build = run.checker_builder().build(stage, source)
         calls = [(build, case, run.rubric.block_size) for case in analysis_cases(stage, run.options.seed)]
-        for _, found in checker.call_each(run_case, calls, [run.options.case_seconds] * len(calls)):
+        for _, found, _ in checker.call_each(run_case, calls, [run.options.case_seconds] * len(calls)):
             seen.append(found)
         finished = True
         metrics = checker.call(kernel_metrics, build, timeout=METRICS_SECONDS)

@@ -29,7 +29,7 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
         replies = run.worker.call_each(run_case, [(build, case, block_size) for case in todo], limits)
         for case in todo:
             try:
-                value, seen = next(replies)
+                value, seen, wrong = next(replies)
             except KernelTimeout as error:
                 cases.append(judge(stage, case, None, block_size, error=str(error)))
                 status = Status.TIMEOUT
@@ -41,7 +41,7 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
                 status = Status.TIMEOUT if any(f.kind == "deadlock" for f in error.findings) else Status.CRASHED
                 break
             changed = next((f.message for f in seen if f.kind == "input_changed"), None)
-            cases.append(judge(stage, case, value, block_size, error=changed))
+            cases.append(judge(stage, case, value, block_size, error=changed, wrong=wrong))
             collect(findings, seen)
     if status is Status.CORRECT and not all(case.passed for case in cases):
         status = Status.INCORRECT

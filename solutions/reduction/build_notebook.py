@@ -125,7 +125,8 @@ The grader launches your kernels itself. Write them for exactly this launch.
 * **Correctness.** Sizes from 1 to several million, chosen to hit the edges (31, 32, 33, 255, 256, 257, ...),
   with two kinds of input: integer-valued floats, whose sums are exact, so any element dropped or added twice
   shows; and random floats, compared with a float64 sum within a tolerance that fits float32 arithmetic. Each
-  grading run draws new inputs.
+  grading run draws new inputs. Every pass is checked, not only the last value: in stages 1-6 each `g_out[b]`
+  must be the sum of block `b`'s own elements, and in stage 7 each step's matrix the quadrant maxima.
 {undefined}
 * **Speed** (on the grading GPU only). Your stage is timed side by side with your previous stage, with the L2
   cache flushed before every call, and the median of many calls counts. It must be faster than your previous

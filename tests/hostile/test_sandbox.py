@@ -62,7 +62,7 @@ def run_in_sandbox(text: str) -> tuple[float, float]:
     case = correctness_cases(NAIVE, seed=7)[2]  # n=2 integers: exact
     expected = float(make_input(case).astype("float64").sum())
     with Worker("cpu") as worker:
-        value, _ = worker.call(run_case, build, case, 256, timeout=60)
+        value, _, _ = worker.call(run_case, build, case, 256, timeout=60)
     return value, expected
 
 
