@@ -15,14 +15,17 @@ deterministically, from two sources:
 | anti_divergence | divergent warp steps per block, at most 9 | 48 -> 6 |
 | sequential | shared-memory transactions per warp request, at most 1.3 | 3.3 -> 1.0 |
 | first_add | elements per thread: the launch contract | 1 -> 2 |
+| | block barriers per block, at most log2(block) + 3 | 9 (two trees a block: 20) |
 | unrolled_warp | block barriers per block, at most log2(block) - 2 | 9 -> 3 |
 | shuffle | shuffles in the PTX, and run per block: at least 1 | 0 -> 5 |
 | | shared-memory requests per block one warp makes alone, at most 6 | 12 -> 2 |
 | max2d | 32-byte sectors per whole-warp global load, at most 6.5 | 8.7 -> 4.9 |
 
 (Figures at block size 256; the ones that depend on the block size are functions of it below.) first_add's
-technique is a property of the launch: the grader launches ceil(n / (2 * block size)) blocks, so a kernel that
-does not add two elements while loading leaves half the input out and is incorrect; correctness is its check.
+technique is mostly a property of the launch: the grader launches ceil(n / (2 * block size)) blocks, so a kernel
+that does not take two elements a thread leaves half the input out and is incorrect. One that takes the second
+after a first tree, and folds it in a second tree, passes twice the barriers of one tree: its barrier count, not
+the previous stage's reference (one tree as well), is what that threshold separates.
 
 Each threshold sits between the reference kernel of the stage and the reference kernel of the previous stage
 (solutions/reduction/kernels); tests/test_technique.py measures both at every block size the rubric allows and
@@ -79,6 +82,9 @@ def ptx_shuffles(ptx: str) -> int:
     return len(re.findall(r"^\s*(?:@!?%\w+\s+)?shfl\.sync\b", ptx, flags=re.MULTILINE))
 
 
+BASELINE = "the baseline: nothing"  # what the first stage requires
+
+
 @dataclass(frozen=True)
 class Measure:
     """One measurement of a stage's technique and its requirement, as functions of the block size."""
@@ -95,7 +101,7 @@ class Measure:
 
     def required(self, block_size: int) -> str:
         if self.at_most is None:
-            return "the baseline: nothing"
+            return BASELINE
         return f"{'at most' if self.at_most else 'at least'} {self.threshold(block_size):g}"
 
     def passes(self, value: float, block_size: int) -> bool:
@@ -149,6 +155,17 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             threshold=_constant(2),
             reference=_constant(2),
             previous=_constant(1),
+        ),
+        Measure(
+            "block barriers",
+            "__syncthreads() passed per block: one tree after the first add passes log2(block size) + 1, a "
+            "second element taken after a first tree and folded in a second tree twice as many",
+            "cpu",
+            _per_block("barriers"),
+            at_most=True,
+            threshold=lambda block_size: _log2(block_size) + 3,
+            reference=lambda block_size: _log2(block_size) + 1,
+            previous=None,  # the previous stage's reference passes as many barriers: it adds one element
         ),
     ),
     "unrolled_warp": (
@@ -272,7 +289,8 @@ def describe(check: TechniqueCheck) -> str:
         absent = ": the technique is absent" if check.passed is False else ""
         return f"{check.name}: {check.how} (reference kernels: {reference}){absent}"
     if check.previous is None:
-        return f"{check.name}: {_show(check.value)} (reference kernel: {reference}; {check.required} required)"
+        mark = "" if check.required == BASELINE else f": {'ok' if check.passed else 'the technique is absent'}"
+        return f"{check.name}: {_show(check.value)} (reference kernel: {reference}; {check.required} required){mark}"
     mark = "ok" if check.passed else "the technique is absent"
     return f"{check.name}: {_show(check.value)}, needs {check.required} (reference kernels: {reference}): {mark}"
 

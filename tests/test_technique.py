@@ -143,9 +143,18 @@ def test_the_ptx_started_with_a_students_builds_is_compiled_once_and_checked(mon
 
 
 def test_first_add_is_checked_by_its_launch_contract() -> None:
-    (check,) = technique.check(get_stage("first_add"), reference_source("first_add"), None, SANDBOX, 256)
+    check, _ = technique.check(get_stage("first_add"), reference_source("first_add"), None, SANDBOX, 256)
     assert check.passed and check.value == 2 and check.previous == 1
     assert "incorrect" in check.what
+
+
+def test_two_trees_a_block_are_not_the_first_add(cpu: CpuBackend) -> None:
+    checks = checks_of(cpu, "first_add", (KERNELS / "first_add_two_trees.cu").read_text())
+    assert checks["elements per thread"].passed  # the launch's two elements a thread, taken one tree apart
+    barriers = checks["block barriers"]
+    assert barriers.value == 20 and technique.describe(barriers) == (
+        "block barriers: 20.0 (reference kernel: 9.0; at most 11 required): the technique is absent"
+    )
 
 
 # --- kernels of our own ------------------------------------------------------------------------------------
@@ -158,6 +167,7 @@ def test_first_add_is_checked_by_its_launch_contract() -> None:
         ("sequential", (KERNELS / "sequential_transposed_layout.cu").read_text(), "bank conflicts"),
         ("sequential", renamed("anti_divergence", "sequential"), "bank conflicts"),
         ("sequential", in_double(renamed("anti_divergence", "sequential")), "bank conflicts"),
+        ("first_add", (KERNELS / "first_add_two_trees.cu").read_text(), "block barriers"),
         ("unrolled_warp", renamed("first_add", "unrolled_warp"), "block barriers"),
         ("shuffle", renamed("unrolled_warp", "shuffle"), "shuffles executed"),
         ("shuffle", renamed("unrolled_warp", "shuffle"), "shared memory in the last warp"),
@@ -183,6 +193,7 @@ def test_a_kernel_without_its_stage_technique_fails_the_measurement(
         ("shuffle", "shuffle_every_warp"),
         ("shuffle", "shuffle_after_one_more_tree_step"),
         ("sequential", "sequential_in_double"),
+        ("first_add", "first_add_pairs_and_a_barrier_more"),
     ],
 )
 def test_another_way_to_the_same_technique_passes(cpu: CpuBackend, stage_id: str, name: str) -> None:
