@@ -3,7 +3,10 @@
 Inputs are drawn from the run's secret seed. Two kinds for a sum: integer-valued floats, whose sums are exact
 in float32 whatever the order (any dropped or doubled element shows), and offset random floats checked against a
 float64 reference within a bound that fits float32 summation. For max2d: random values, and all-negative values
-(a max that starts from 0 fails them).
+(a max that starts from 0 fails them). Every max2d case is scaled by its own power of two, from 2^-20 to 2^100,
+drawn from the seed, so that no bound on the values holds across the cases: a max that starts from a finite
+guess (-1e9, say) or clamps fails some. A sum's values are not scaled: whole numbers must stay exact, and random
+ones scaled high enough would be whole numbers too.
 
 The sizes are the catalogue's fixed edge sizes (autograder.stages) and a few odd sizes drawn from the seed, so a
 kernel that is right only on the published sizes fails. The same seed always gives the same cases.
@@ -57,7 +60,7 @@ def correctness_cases(stage: Stage, seed: int, quick: bool = False, block_size: 
     else:
         fixed = MAX2D_SHAPES
         kinds = ("random", "negative")
-    drawn = [size for size in seeded_sizes(stage, seed, block_size) if size not in fixed]
+    drawn = [_apart(size, fixed) for size in seeded_sizes(stage, seed, block_size)]
     sizes = [(size, False) for size in fixed] + [(size, True) for size in drawn]
     cases = [
         Case(size, kind, seed=(seed * 1_000_003 + index) % 2**63, seeded=seeded)
@@ -66,37 +69,54 @@ def correctness_cases(stage: Stage, seed: int, quick: bool = False, block_size: 
     return sorted((case for case in cases if not quick or case.count <= QUICK_LIMIT), key=lambda case: case.count)
 
 
+def _apart(size: tuple[int, ...], fixed: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """A drawn size that is none of the fixed ones: moved on by two (still odd) where it is."""
+    while size in fixed:
+        size = (size[0] + 2, *size[1:])
+    return size
+
+
 def seeded_sizes(stage: Stage, seed: int, block_size: int) -> list[tuple[int, ...]]:
-    """Odd sizes drawn from the run's seed. A sum: one below a block's elements, one between two and sixteen
-    blocks, one of two passes (below QUICK_LIMIT, so a quick check has it too), one above 2^20. max2d: a small
-    matrix, a wide and a tall one, and a large one, every side odd."""
+    """Odd sizes drawn from the run's seed, the larger ones log-uniformly, so that no window of sizes between
+    the published ones is safe. A sum: one below a block's elements, one from two blocks to 2^16, one of two
+    passes (below QUICK_LIMIT, so a quick check has it too), one from QUICK_LIMIT to 3 x 2^20. max2d: a small
+    matrix, a wide and a tall one, and a large one (width 513 to 4095, at most about 1535 x 1535 elements),
+    every side odd."""
+
+    def fraction(key: str) -> float:
+        """A number in [0, 1) from a hash of the seed: the same on every machine and every version of numpy."""
+        digest = hashlib.sha256(f"{seed}:{stage.id}:{key}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
 
     def odd(key: str, low: int, high: int) -> int:
-        """An odd number in [low, high] (low odd), from a hash of the seed: the same on every machine and
-        every version of numpy."""
-        digest = hashlib.sha256(f"{seed}:{stage.id}:{key}".encode()).digest()
-        return low + 2 * (int.from_bytes(digest[:8], "big") % ((high - low) // 2 + 1))
+        """An odd number in [low, high] (low odd)."""
+        return low + 2 * int(fraction(key) * ((high - low) // 2 + 1))
+
+    def odd_log(key: str, low: int, high: int) -> int:
+        """An odd number in [low, high] (low odd), log-uniformly."""
+        return min(high, low + 2 * ((int(low * (high / low) ** fraction(key)) - low) // 2))
 
     if stage.shape is Shape.SUM_1D:
         block = block_size * stage.elements_per_thread
         return [
             (odd("below a block", 3, block - 1),),
-            (odd("between blocks", 2 * block + 1, 16 * block - 1),),
+            (odd_log("between blocks", 2 * block + 1, (1 << 16) - 1),),
             (odd("two passes", (1 << 16) + 1, QUICK_LIMIT - 1),),
-            (odd("above 2^20", (1 << 20) + 1, 3 << 20),),
+            (odd_log("large", QUICK_LIMIT + 1, 3 << 20),),
         ]
+    width = odd_log("large width", 513, 4095)
     return [
         (odd("small width", 3, 63), odd("small height", 3, 63)),
         (odd("wide width", 65, 999), odd("wide height", 3, 31)),
         (odd("tall width", 3, 31), odd("tall height", 65, 999)),
-        (odd("large width", 513, 1535), odd("large height", 513, 1535)),
+        (width, odd("large height", 513, max(513, 1535 * 1535 // width))),
     ]
 
 
 def analysis_cases(stage: Stage, seed: int) -> list[Case]:
     """The cases on which the CPU backend looks for races when grading on a GPU: a partial block, several blocks
     and two passes (or odd matrix sides), and every size drawn from the run's seed up to QUICK_LIMIT (one below a
-    block, one of a few blocks, one of two passes; for max2d a small, a wide and a tall matrix), so that a kernel
+    block, one up to 2^16, one of two passes; for max2d a small, a wide and a tall matrix), so that a kernel
     cannot keep a race to a size it knows the analysis never runs. Each takes the exact input kind. The drawn
     sizes above QUICK_LIMIT are left out: analysing one (above 2^20) took about a second of a core a stage on a
     busy machine, and halved the rate of a class."""
@@ -108,22 +128,32 @@ def analysis_cases(stage: Stage, seed: int) -> list[Case]:
     ]
 
 
+# The powers of two a case's values are scaled by, lowest and highest, by input kind and number of sides.
+SCALES = {("random", 2): (-20, 100), ("negative", 2): (-20, 100)}
 INPUT_CACHE_BYTES = 256 << 20
-_inputs: dict[tuple[str, int, int], np.ndarray] = {}  # drawn inputs of this process, read-only
+_inputs: dict[tuple[str, int, int, int], np.ndarray] = {}  # drawn inputs of this process, read-only
 
 
 def make_input(case: Case) -> np.ndarray:
     """The float32 input of a case, read-only: drawn once a process, since every stage of every student of a
     run has the same cases (a worker that serves many students draws each input once, not once a call)."""
-    key = (case.input_kind, case.count, case.seed)
+    key = (case.input_kind, case.count, case.seed, len(case.size))
     data = _inputs.get(key)
     if data is None:
-        data = draw(*key)
+        data = draw(case.input_kind, case.count, case.seed)
+        data *= np.float32(2.0 ** case_exponent(case))
         data.flags.writeable = False
         if sum(kept.nbytes for kept in _inputs.values()) + data.nbytes > INPUT_CACHE_BYTES:
             _inputs.clear()
         _inputs[key] = data
     return data
+
+
+def case_exponent(case: Case) -> int:
+    """The power of two a case's values are scaled by (SCALES; 0 for a sum's)."""
+    low, high = SCALES.get((case.input_kind, len(case.size)), (0, 0))
+    digest = hashlib.sha256(f"scale:{case.seed}".encode()).digest()  # the cases' seeds are consecutive
+    return low + int.from_bytes(digest[:8], "big") % (high - low + 1)
 
 
 def draw(input_kind: str, count: int, seed: object) -> np.ndarray:
@@ -382,7 +412,10 @@ def _sum_hint(stage: Stage, failed: list[CaseResult], cases: tuple[CaseResult, .
 
 def _max2d_hint(failed: list[CaseResult], cases: tuple[CaseResult, ...]) -> str:
     if {case.input_kind for case in failed} == {"negative"}:
-        return "wrong when every value is negative: start the max from -INFINITY or a real element, not 0"
+        return (
+            "wrong when every value is negative (some far below -1): start the max from -INFINITY or a real "
+            "element, not 0 or a finite guess"
+        )
     if all(any(side % 2 for side in case.size) for case in failed):
         return (
             "wrong when a side is odd: with hw = (width+1)/2, the right and bottom quadrants are one short, "
