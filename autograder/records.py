@@ -155,6 +155,8 @@ class KernelMetrics:
     global_load_requests: int = 0  # whole-warp loads from global memory (at least 32 distinct words)
     global_load_sectors: int = 0  # the 32-byte sectors those loads touched
     global_load_words: int = 0  # the distinct 4-byte words they read
+    busiest_thread_shared: int = 0  # the shared-memory accesses of each measured block's busiest thread, summed
+    shared_atomics: int = 0  # atomic operations on shared memory
 
     @property
     def transactions_per_request(self) -> float:

@@ -17,6 +17,8 @@ deterministically, from two sources:
 | first_add | elements per thread: the launch contract | 1 -> 2 |
 | | block barriers per block, at most log2(block) + 3 | 9 (two trees a block: 20) |
 | unrolled_warp | block barriers per block, at most log2(block) - 2 | 9 -> 3 |
+| anti_divergence to unrolled_warp | shared-memory atomics per block, none | 0 |
+| sequential to unrolled_warp | busiest thread's shared accesses a block, at most 4 log2(block) + 8 | 26 (alone: 257) |
 | shuffle | shuffles in the PTX, and run per block: at least 1 | 0 -> 5 |
 | | shared-memory requests per block one warp makes alone, at most 6 | 12 -> 2 |
 | max2d | 32-byte sectors per whole-warp global load, at most 6.5 | 8.7 -> 4.9 |
@@ -125,12 +127,37 @@ DIVERGENCE = Measure(
     reference=_constant(6),
     previous=lambda block_size: 3 * block_size / 16,  # naive: every warp diverges in every round
 )
+# A tree that no thread walks alone, and no atomics in its place: stages 3 to 5 keep stage 1's tree in shared
+# memory, so a thread that adds its block's values by itself, or atomics into one shared word, are not their
+# lesson, though neither has bank conflicts nor the barriers of a tree. The previous stage's reference is a tree
+# as well: these thresholds separate such kernels (tests/test_technique.py), not the two references.
+BUSIEST_THREAD = Measure(
+    "busiest thread",
+    "shared-memory accesses per block of the block's busiest thread (a tree: about three a round; a thread that "
+    "adds its block's values alone: one a value)",
+    "cpu",
+    _per_block("busiest_thread_shared"),
+    at_most=True,
+    threshold=lambda block_size: 4 * _log2(block_size) + 8,
+    reference=lambda block_size: 3 * _log2(block_size) + 2,
+    previous=None,
+)
+SHARED_ATOMICS = Measure(
+    "shared atomics",
+    "atomic operations on shared memory per block (a tree needs none)",
+    "cpu",
+    _per_block("shared_atomics"),
+    at_most=True,
+    threshold=_constant(0),
+    reference=_constant(0),
+    previous=None,
+)
 # The strided index's conflicts grow with the block: more lanes of a warp land in one bank.
 _STRIDED_CONFLICTS = {64: 1.7, 128: 2.6, 256: 3.3, 512: 3.9, 1024: 4.3}
 
 MEASURES: dict[str, tuple[Measure, ...]] = {
     "naive": (replace(DIVERGENCE, at_most=None, reference=DIVERGENCE.previous, previous=None),),
-    "anti_divergence": (DIVERGENCE,),
+    "anti_divergence": (DIVERGENCE, SHARED_ATOMICS),
     "sequential": (
         Measure(
             "bank conflicts",
@@ -143,6 +170,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             previous=lambda block_size: _STRIDED_CONFLICTS.get(block_size, 3.3),
             missing="the kernel makes no shared-memory accesses, so it has no tree in shared memory to address",
         ),
+        BUSIEST_THREAD,
+        SHARED_ATOMICS,
     ),
     "first_add": (
         Measure(
@@ -167,6 +196,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             reference=lambda block_size: _log2(block_size) + 1,
             previous=None,  # the previous stage's reference passes as many barriers: it adds one element
         ),
+        BUSIEST_THREAD,
+        SHARED_ATOMICS,
     ),
     "unrolled_warp": (
         Measure(
@@ -179,6 +210,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             reference=lambda block_size: _log2(block_size) - 5,
             previous=lambda block_size: _log2(block_size) + 1,
         ),
+        replace(BUSIEST_THREAD, reference=lambda block_size: 3 * _log2(block_size) - 5),
+        SHARED_ATOMICS,
     ),
     "shuffle": (
         Measure(

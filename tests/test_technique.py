@@ -143,7 +143,7 @@ def test_the_ptx_started_with_a_students_builds_is_compiled_once_and_checked(mon
 
 
 def test_first_add_is_checked_by_its_launch_contract() -> None:
-    check, _ = technique.check(get_stage("first_add"), reference_source("first_add"), None, SANDBOX, 256)
+    check, *_ = technique.check(get_stage("first_add"), reference_source("first_add"), None, SANDBOX, 256)
     assert check.passed and check.value == 2 and check.previous == 1
     assert "incorrect" in check.what
 
@@ -168,6 +168,9 @@ def test_two_trees_a_block_are_not_the_first_add(cpu: CpuBackend) -> None:
         ("sequential", renamed("anti_divergence", "sequential"), "bank conflicts"),
         ("sequential", in_double(renamed("anti_divergence", "sequential")), "bank conflicts"),
         ("first_add", (KERNELS / "first_add_two_trees.cu").read_text(), "block barriers"),
+        ("first_add", (KERNELS / "first_add_two_trees.cu").read_text(), "busiest thread"),
+        ("sequential", (KERNELS / "sequential_thread_zero_alone.cu").read_text(), "busiest thread"),
+        ("unrolled_warp", (KERNELS / "unrolled_warp_atomics_into_one_word.cu").read_text(), "shared atomics"),
         ("unrolled_warp", renamed("first_add", "unrolled_warp"), "block barriers"),
         ("shuffle", renamed("unrolled_warp", "shuffle"), "shuffles executed"),
         ("shuffle", renamed("unrolled_warp", "shuffle"), "shared memory in the last warp"),
@@ -194,11 +197,29 @@ def test_a_kernel_without_its_stage_technique_fails_the_measurement(
         ("shuffle", "shuffle_after_one_more_tree_step"),
         ("sequential", "sequential_in_double"),
         ("first_add", "first_add_pairs_and_a_barrier_more"),
+        ("sequential", "sequential_four_way_tree"),
     ],
 )
 def test_another_way_to_the_same_technique_passes(cpu: CpuBackend, stage_id: str, name: str) -> None:
     checks = checks_of(cpu, stage_id, (KERNELS / f"{name}.cu").read_text())
     assert all(check.passed is not False for check in checks.values()), [technique.describe(c) for c in checks.values()]
+
+
+@pytest.mark.parametrize(
+    ("stage_id", "name", "fooled", "catches"),
+    [
+        ("sequential", "sequential_thread_zero_alone", "bank conflicts", "busiest thread"),
+        ("unrolled_warp", "unrolled_warp_atomics_into_one_word", "block barriers", "shared atomics"),
+    ],
+)
+def test_a_block_without_a_tree_passes_the_stage_measure_and_fails_the_tree_measures(
+    cpu: CpuBackend, stage_id: str, name: str, fooled: str, catches: str
+) -> None:
+    # A thread that adds its block alone has no bank conflicts; atomics into one word pass no extra barrier.
+    checks = checks_of(cpu, stage_id, (KERNELS / f"{name}.cu").read_text())
+    assert checks[fooled].passed, technique.describe(checks[fooled])
+    assert checks[catches].passed is False
+    assert technique.describe(checks[catches]).endswith(": the technique is absent")
 
 
 def test_a_half_done_shuffle_stage_shuffles_but_keeps_the_shared_memory_steps(cpu: CpuBackend) -> None:

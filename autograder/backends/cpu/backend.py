@@ -51,7 +51,7 @@ METRICS_BLOCKS = 4  # blocks per launch that feed the bank-conflict and divergen
 
 # The runtime's per-kernel counts (ag_counts), in its order: KernelMetrics fields.
 _COUNTS = ("blocks", "barriers", "diverged_steps", "shuffles", "lone_shared_requests", "global_load_requests",
-           "global_load_sectors", "global_load_words")
+           "global_load_sectors", "global_load_words", "busiest_thread_shared", "shared_atomics")
 
 # Kernel ids are unique in the process, because every backend with the same fibers shares one runtime.
 _KERNEL_IDS = itertools.count(1)

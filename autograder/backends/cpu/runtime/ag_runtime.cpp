@@ -158,6 +158,7 @@ struct Thread {
     std::uint64_t path;  // hash of the basic blocks run since the last barrier (divergence metric)
     bool ran;
     std::uint64_t last_global_write, last_fence;  // sequence numbers, for __threadfence()
+    unsigned long long shared_accesses;  // in a measured block: its accesses to shared memory, atomics too
 };
 
 struct MetricKey {
@@ -176,7 +177,7 @@ struct GlobalRecord {
 // Counts over the measured blocks of one kernel, for autograder.technique (see ag_counts).
 struct Counts {
     unsigned long long blocks, barriers, diverged, shuffles, lone_shared_requests, global_requests, global_sectors,
-        global_words;
+        global_words, busiest_thread_shared, shared_atomics;
 };
 
 struct State {
@@ -489,7 +490,11 @@ void shared_access(std::size_t offset, std::size_t size, bool write, bool atomic
         report(OUT_OF_BOUNDS, 0, pc, describe_thread(t), message, write);
         return;
     }
-    if (g.measuring && !atomic) record_request(pc, offset, size);
+    if (g.measuring) {
+        t.shared_accesses++;
+        if (atomic) g.counts[g.launch.kernel_id].shared_atomics++;
+        else record_request(pc, offset, size);
+    }
     for (std::size_t word = offset / 4; word <= (offset + size - 1) / 4; ++word)
         check_cell(g.arena_cells[word], g.block_gen, write, atomic, pc, true, Place{-1, word * 4});
 }
@@ -962,7 +967,15 @@ bool run_block(unsigned int bx, unsigned int by) {
         return false;
     }
     close_window();
-    if (g.measuring) g.counts[g.launch.kernel_id].blocks++;
+    if (g.measuring) {
+        Counts &counts = g.counts[g.launch.kernel_id];
+        counts.blocks++;
+        // The shared-memory accesses of the block's busiest thread: a tree gives each thread a few a round, a
+        // thread that adds its block's values alone one a value.
+        unsigned long long busiest = 0;
+        for (unsigned int i = 0; i < g.nthreads; ++i) busiest = std::max(busiest, g.threads[i].shared_accesses);
+        counts.busiest_thread_shared += busiest;
+    }
     return true;
 }
 
@@ -1368,12 +1381,13 @@ void ag_divergence(int kernel_id, unsigned long long *steps, unsigned long long 
     *diverged = d.second;
 }
 // The Counts of one kernel, in their order: blocks, barriers, diverged warp steps, shuffles, final shared
-// requests, and the whole-warp global load requests, their sectors and words.
+// requests, the whole-warp global load requests, their sectors and words, the busiest thread's shared-memory
+// accesses and the shared-memory atomics.
 void ag_counts(int kernel_id, unsigned long long *out) {
     const Counts &c = g.counts[kernel_id];
     const unsigned long long values[] = {c.blocks,   c.barriers,        c.diverged,       c.shuffles,
                                          c.lone_shared_requests, c.global_requests, c.global_sectors,
-                                         c.global_words};
+                                         c.global_words, c.busiest_thread_shared, c.shared_atomics};
     std::memcpy(out, values, sizeof values);
 }
 
