@@ -62,6 +62,8 @@ ALLOWED_HEADERS = frozenset(
         "cuda_runtime.h",
         "cuda_runtime_api.h",
         "device_launch_parameters.h",
+        "vector_types.h",
+        "vector_functions.h",
         "math_constants.h",
         "cooperative_groups.h",
         "cooperative_groups/reduce.h",

@@ -597,6 +597,7 @@ CONSTRUCTS = (
     ("cache_hints_and_index_intrinsics", "first_add"),  # __umul24, __mul24, __ldcg, __stcg, __funnelshift_l, ...
     ("warp_match", "shuffle"),  # __match_any_sync on unsigned and float values, __match_all_sync
     ("shared_struct_types", "sequential"),  # __shared__ struct { ... } name; and __shared__ struct Slot { ... } a[2];
+    ("vector_headers", "open"),  # vector_types.h and vector_functions.h: float4 and make_float4 named by their headers
 )
 
 
