@@ -104,8 +104,7 @@ class Plan:
     scratch: tuple[Buffer, Buffer]
     owns_input: bool = True
     loaded: np.ndarray | None = field(default=None, repr=False)  # what `load` wrote, to check it is unchanged
-    _value: float | None = field(default=None, repr=False)  # what the last checked run left, read back
-    _outputs: list[np.ndarray] | None = field(default=None, repr=False)  # what each pass of it wrote
+    _outputs: list[np.ndarray] | None = field(default=None, repr=False)  # what each pass of the last checked run wrote
     _result_buffer: Buffer | None = field(default=None, repr=False)
 
     @classmethod
@@ -161,7 +160,6 @@ class Plan:
         """
         stage = self.kernel.stage
         sizes = pass_sizes(stage, self.size, self.block_size)
-        self._value = None
         self._outputs = None
         evidence = None
         if check_each_pass:
@@ -193,7 +191,6 @@ class Plan:
                 self.backend.free(evidence)
         outputs = [seen[starts[index] : starts[index + 1]] for index in range(len(sizes))]
         self._outputs = [output[:count] for output, count in zip(outputs, written, strict=True)]
-        self._value = float(outputs[-1][0])
         guards = [
             self._check_guard(output[count:], count, index + 1)
             for index, (output, count) in enumerate(zip(outputs, written, strict=True))
@@ -223,8 +220,8 @@ class Plan:
 
     def result(self) -> float:
         """The single value the last `run` left."""
-        if self._value is not None:  # read back by the checked run
-            return self._value
+        if self._outputs is not None:  # read back by the checked run
+            return float(self._outputs[-1][0])
         self.backend.synchronize()
         return float(self.backend.download(self._result_buffer, 1)[0])
 

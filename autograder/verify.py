@@ -69,6 +69,11 @@ def correctness_cases(stage: Stage, seed: int, quick: bool = False, block_size: 
     return sorted((case for case in cases if not quick or case.count <= QUICK_LIMIT), key=lambda case: case.count)
 
 
+def _hashed(text: str) -> int:
+    """A 64-bit number from a hash of `text`: the same on every machine and every version of numpy."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
 def _apart(size: tuple[int, ...], fixed: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     """A drawn size that is none of the fixed ones: moved on by two (still odd) where it is."""
     while size in fixed:
@@ -84,9 +89,8 @@ def seeded_sizes(stage: Stage, seed: int, block_size: int) -> list[tuple[int, ..
     every side odd."""
 
     def fraction(key: str) -> float:
-        """A number in [0, 1) from a hash of the seed: the same on every machine and every version of numpy."""
-        digest = hashlib.sha256(f"{seed}:{stage.id}:{key}".encode()).digest()
-        return int.from_bytes(digest[:8], "big") / 2**64
+        """A number in [0, 1) from the seed."""
+        return _hashed(f"{seed}:{stage.id}:{key}") / 2**64
 
     def odd(key: str, low: int, high: int) -> int:
         """An odd number in [low, high] (low odd)."""
@@ -141,7 +145,8 @@ def make_input(case: Case) -> np.ndarray:
     data = _inputs.get(key)
     if data is None:
         data = draw(case.input_kind, case.count, case.seed)
-        data *= np.float32(2.0 ** case_exponent(case))
+        if exponent := case_exponent(case):
+            data *= np.float32(2.0**exponent)
         data.flags.writeable = False
         if sum(kept.nbytes for kept in _inputs.values()) + data.nbytes > INPUT_CACHE_BYTES:
             _inputs.clear()
@@ -152,8 +157,7 @@ def make_input(case: Case) -> np.ndarray:
 def case_exponent(case: Case) -> int:
     """The power of two a case's values are scaled by (SCALES; 0 for a sum's)."""
     low, high = SCALES.get((case.input_kind, len(case.size)), (0, 0))
-    digest = hashlib.sha256(f"scale:{case.seed}".encode()).digest()  # the cases' seeds are consecutive
-    return low + int.from_bytes(digest[:8], "big") % (high - low + 1)
+    return low + _hashed(f"scale:{case.seed}") % (high - low + 1)  # hashed: the cases' seeds are consecutive
 
 
 def draw(input_kind: str, count: int, seed: object) -> np.ndarray:

@@ -186,9 +186,11 @@ static int forged = forge();
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("value", ["ab", (1.0,), (float("nan"), ("not a finding",)), (), (1.0, (), 2.0)])
+@pytest.mark.parametrize(
+    "value", ["ab", (1.0,), (float("nan"), ("not a finding",)), (), (1.0, (), 2.0), (1.0, ()), (1.0, (), ["pass"])]
+)
 def test_a_forged_reply_of_valid_json_but_the_wrong_shape_is_a_fault_not_a_grader_failure(value) -> None:
-    # Well-formed replies that the grader would unpack as (value, findings) and crash on, were only the records
+    # Well-formed replies that the grader would unpack as (value, findings, wrong) and crash on, were only the records
     # in them checked.
     payload = encode_reply("ok", value)
     frame = len(payload).to_bytes(4, "big") + payload
