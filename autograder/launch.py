@@ -197,22 +197,23 @@ class Plan:
         ]
         return (*(found for found in guards if found is not None), *self._check_input(seen[starts[-1] :]))
 
-    def wrong_output(self) -> str | None:
+    def wrong_output(self, first: Expected | None = None) -> str | None:
         """Where the last checked run's passes broke the contract, or None: each pass's output against what the
         contract makes of that pass's input (the first pass's as loaded, every later one's as the pass before
         wrote it). For a sum, block b's sum of its slice, within float32 rounding (exactly where the values are
         whole numbers); for max2d, the quadrant maxima (or the baseline's maxima of 2 x 2 neighbours), exactly.
-        The open stage's blocks may share the work out as they like: only its final value counts."""
+        The open stage's blocks may share the work out as they like: only its final value counts.
+
+        `first`: what `expect` made of the loaded input, where the caller kept it (a worker holds every case's
+        input for all the students it serves, and the first pass's expectation with it: autograder.verify)."""
         stage = self.kernel.stage
         if stage.optional or self.loaded is None or self._outputs is None:
             return None
         source = self.loaded
         sizes = pass_sizes(stage, self.size, self.block_size)
         for number, (size, output) in enumerate(zip(sizes, self._outputs, strict=True)):
-            if stage.shape is Shape.SUM_1D:
-                wrong = _wrong_sums(source, output, self.block_size * stage.elements_per_thread, stage)
-            else:
-                wrong = _wrong_maxima(source, output, size)
+            expected = first if number == 0 and first is not None else expect(stage, source, size, self.block_size)
+            wrong = expected.wrong(output)
             if wrong is not None:
                 return f"pass {number + 1} {WRONG_PASS}{wrong}"
             source = output
@@ -266,22 +267,39 @@ class Plan:
             self.backend.free(buffer)
 
 
-def _wrong_sums(values: np.ndarray, output: np.ndarray, per_block: int, stage: Stage) -> str | None:
-    """What is wrong with `output` as the sums of the slices of `values`, one a block, or None."""
-    expected = _slice_sums(values, per_block)
+def expect(stage: Stage, values: np.ndarray, size: tuple[int, ...], block_size: int) -> Expected:
+    """What the contract makes of one pass's input `values` (of `size`): a sum's block sums, max2d's quadrant
+    maxima."""
+    if stage.shape is Shape.MAX_2D:
+        return Maxima.of(values, size)
+    per_block = block_size * stage.elements_per_thread
     tolerance: float | np.ndarray = 0.0
     if not np.array_equal(values, np.rint(values)):  # whole numbers sum exactly in any order
         tolerance = sum_tolerance(per_block, stage.elements_per_thread, _slice_sums(np.abs(values), per_block))
-    wrong = np.flatnonzero(~(np.abs(output.astype(np.float64) - expected) <= tolerance))
-    if wrong.size == 0:
-        return None
-    block = int(wrong[0])
-    first, last = block * per_block, min(values.size, (block + 1) * per_block) - 1
-    return (
-        f"g_out[{block}] = {float(output[block]):.9g}, but block {block}'s slice, g_in[{first}] to g_in[{last}], "
-        f"sums to {expected[block]:.9g} ({wrong.size} of {output.size} blocks wrong): block b writes the sum of "
-        "its own slice to g_out[b], and nothing else, even where the final sum comes out right"
-    )
+    return Sums(values.size, per_block, _slice_sums(values, per_block), tolerance)
+
+
+@dataclass(frozen=True)
+class Sums:
+    """The sum of each block's slice of an input of `count` values, and how far from it float32 rounding may be."""
+
+    count: int
+    per_block: int
+    sums: np.ndarray  # float64
+    tolerance: float | np.ndarray
+
+    def wrong(self, output: np.ndarray) -> str | None:
+        """What is wrong with `output` as these sums, or None."""
+        wrong = np.flatnonzero(~(np.abs(output.astype(np.float64) - self.sums) <= self.tolerance))
+        if wrong.size == 0:
+            return None
+        block = int(wrong[0])
+        first, last = block * self.per_block, min(self.count, (block + 1) * self.per_block) - 1
+        return (
+            f"g_out[{block}] = {float(output[block]):.9g}, but block {block}'s slice, g_in[{first}] to "
+            f"g_in[{last}], sums to {self.sums[block]:.9g} ({wrong.size} of {output.size} blocks wrong): block b "
+            "writes the sum of its own slice to g_out[b], and nothing else, even where the final sum comes out right"
+        )
 
 
 def _slice_sums(values: np.ndarray, per_block: int) -> np.ndarray:
@@ -291,24 +309,50 @@ def _slice_sums(values: np.ndarray, per_block: int) -> np.ndarray:
     return np.append(sums, values[whole:].sum(dtype=np.float64)) if whole < values.size else sums
 
 
-def _wrong_maxima(values: np.ndarray, output: np.ndarray, size: tuple[int, ...]) -> str | None:
-    """What is wrong with `output` as the quadrant maxima of the `width x height` matrix `values`, or None."""
+@dataclass(frozen=True)
+class Maxima:
+    """The quadrant maxima of the `width x height` matrix `values`."""
+
+    size: tuple[int, ...]
+    values: np.ndarray
+    maxima: np.ndarray
+
+    @classmethod
+    def of(cls, values: np.ndarray, size: tuple[int, ...]) -> Maxima:
+        padded = _padded(values, size)
+        half_h, half_w = padded.shape[0] // 2, padded.shape[1] // 2
+        top = np.maximum(padded[:half_h, :half_w], padded[:half_h, half_w:])
+        return cls(size, values, np.maximum(top, np.maximum(padded[half_h:, :half_w], padded[half_h:, half_w:])))
+
+    def wrong(self, output: np.ndarray) -> str | None:
+        """What is wrong with `output` as these maxima, or None."""
+        half_h, half_w = self.maxima.shape
+        got = output.reshape(half_h, half_w)
+        wrong = np.argwhere(~(got == self.maxima))
+        if wrong.size == 0 or np.array_equal(got, self._neighbour_maxima()):
+            return None
+        y, x = (int(index) for index in wrong[0])
+        width, height = self.size
+        return (
+            f"out({x}, {y}) = {float(got[y, x]):.9g}, but the max of in({x}, {y}), in({x + half_w}, {y}), "
+            f"in({x}, {y + half_h}) and in({x + half_w}, {y + half_h}) (those inside the {width} x {height} matrix) "
+            f"is {float(self.maxima[y, x]):.9g} ({len(wrong)} of {got.size} wrong): each step writes the quadrant "
+            "maxima, even where the final max comes out right"
+        )
+
+    def _neighbour_maxima(self) -> np.ndarray:
+        """The baseline's step, the max of each 2 x 2 block of neighbours: the same reduction without the quadrant
+        loads, accepted as a step (the stage's technique check, not its correctness, tells it apart)."""
+        half_h, half_w = self.maxima.shape
+        return _padded(self.values, self.size).reshape(half_h, 2, half_w, 2).max(axis=(1, 3))
+
+
+def _padded(values: np.ndarray, size: tuple[int, ...]) -> np.ndarray:
+    """A `width x height` matrix with a row and a column of -inf where a side is odd."""
     width, height = size
-    half_w, half_h = math.ceil(width / 2), math.ceil(height / 2)
-    padded = np.full((2 * half_h, 2 * half_w), -np.inf, dtype=np.float32)
+    padded = np.full((2 * math.ceil(height / 2), 2 * math.ceil(width / 2)), -np.inf, dtype=np.float32)
     padded[:height, :width] = values.reshape(height, width)
-    top = np.maximum(padded[:half_h, :half_w], padded[:half_h, half_w:])
-    expected = np.maximum(top, np.maximum(padded[half_h:, :half_w], padded[half_h:, half_w:]))
-    got = output.reshape(half_h, half_w)
-    wrong = np.argwhere(~(got == expected))
-    # The baseline's step, the max of each 2 x 2 block of neighbours, is the same reduction without the
-    # quadrant loads: the stage's technique check, not its correctness, is what tells it apart.
-    if wrong.size == 0 or np.array_equal(got, padded.reshape(half_h, 2, half_w, 2).max(axis=(1, 3))):
-        return None
-    y, x = (int(index) for index in wrong[0])
-    return (
-        f"out({x}, {y}) = {float(got[y, x]):.9g}, but the max of in({x}, {y}), in({x + half_w}, {y}), "
-        f"in({x}, {y + half_h}) and in({x + half_w}, {y + half_h}) (those inside the {width} x {height} matrix) is "
-        f"{float(expected[y, x]):.9g} ({len(wrong)} of {got.size} wrong): each step writes the quadrant maxima, "
-        "even where the final max comes out right"
-    )
+    return padded
+
+
+Expected = Sums | Maxima

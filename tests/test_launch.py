@@ -11,11 +11,13 @@ import pytest
 
 from autograder.backends import create_backend
 from autograder.backends.base import Backend
-from autograder.launch import Plan, _wrong_sums, launch_geometry, output_count, pass_sizes
+from autograder.build import Builder
+from autograder.launch import Plan, expect, launch_geometry, output_count, pass_sizes
 from autograder.records import KernelSource
 from autograder.references import reference_source
+from autograder.sandbox import Sandbox
 from autograder.stages import get_stage
-from autograder.verify import draw, reference
+from autograder.verify import correctness_cases, draw, first_pass, make_input, reference, run_case
 
 
 def test_one_element_per_thread_until_one_value_remains() -> None:
@@ -171,14 +173,39 @@ def test_every_pass_of_a_sum_writes_its_blocks_slices(backend: Backend, name: st
         assert "blocks wrong): block b writes the sum of its own slice to g_out[b]" in wrong
 
 
+@pytest.mark.parametrize("stage_id", ["first_add", "max2d"])
+def test_a_kept_first_pass_holds_the_next_kernel_to_the_same_contract(
+    backend: Backend, stage_id: str, cache_dir: Path
+) -> None:
+    # A worker keeps what the contract makes of each case's input for the students it serves (verify.first_pass):
+    # the same case run by a right kernel, then by one whose first pass is wrong, gets the same verdicts as fresh.
+    stage = get_stage(stage_id)
+    case = next(case for case in correctness_cases(stage, 3) if case.input_kind == "random" and case.count > 5000)
+    wrong_kernel = {
+        "first_add": tree_kernel("first_add", f"{at('b * B + tid')} + {at('b * B + tid + gridDim.x * B')}"),
+        "max2d": KernelSource(FLAT_QUARTERS),
+    }[stage_id]
+    builder = Builder(backend.device(), Sandbox(), {"cache_dir": str(cache_dir)})
+    verdicts = []
+    for source in (reference_source(stage_id), wrong_kernel, reference_source(stage_id)):
+        _, findings, wrong = run_case(backend, builder.build(stage, source), case, 256)
+        assert findings == ()
+        verdicts.append(None if wrong is None else wrong.split(" of the reduction: ")[0])
+    assert verdicts == [None, "pass 1", None]
+    assert first_pass(case, stage, 256) is first_pass(case, stage, 256)  # made once
+    kept, fresh = vars(first_pass(case, stage, 256)), vars(expect(stage, make_input(case).ravel(), case.size, 256))
+    assert kept.keys() == fresh.keys() and all(np.array_equal(kept[name], fresh[name]) for name in kept)
+
+
 def test_a_wrong_sum_of_one_block_is_found_within_float32_rounding() -> None:
     # Random values: one block's sum off by less than the final tolerance but more than its own slice allows.
     stage = get_stage("sequential")
     values = draw("random", 1024, 3)
     sums = np.add.reduceat(values, np.arange(0, 1024, 256), dtype=np.float64)
-    assert _wrong_sums(values, sums.astype(np.float32), 256, stage) is None  # float32 rounding of right sums
+    expected = expect(stage, values, (1024,), 256)
+    assert expected.wrong(sums.astype(np.float32)) is None  # float32 rounding of right sums
     sums[2] += 0.01
-    assert _wrong_sums(values, sums.astype(np.float32), 256, stage).startswith("g_out[2] = ")
+    assert expected.wrong(sums.astype(np.float32)).startswith("g_out[2] = ")
 
 
 FLAT_QUARTERS = """
