@@ -169,6 +169,7 @@ def test_two_trees_a_block_are_not_the_first_add(cpu: CpuBackend) -> None:
         ("sequential", in_double(renamed("anti_divergence", "sequential")), "bank conflicts"),
         ("first_add", (KERNELS / "first_add_two_trees.cu").read_text(), "block barriers"),
         ("first_add", (KERNELS / "first_add_two_trees.cu").read_text(), "busiest thread"),
+        ("first_add", (KERNELS / "first_add_two_trees_in_step.cu").read_text(), "busiest thread"),
         ("sequential", (KERNELS / "sequential_thread_zero_alone.cu").read_text(), "busiest thread"),
         ("unrolled_warp", (KERNELS / "unrolled_warp_atomics_into_one_word.cu").read_text(), "shared atomics"),
         ("unrolled_warp", renamed("first_add", "unrolled_warp"), "block barriers"),
