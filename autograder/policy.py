@@ -151,6 +151,17 @@ _ASM = frozenset({"asm", "_asm", "__asm", "__asm__"})
 # Macros that tell the compilers (or the CPU backend's two builds) apart: code chosen by them is not the code
 # checked. Refused by name, so also where nvcc is not installed to be asked (_split_problems).
 _COMPILER_NAMES = re.compile(r"__NVCC__|__CUDACC_VER_\w+|__CUDACC_RTC__|__SANITIZE_\w+__|__clang\w*|__NVCOMPILER\w*")
+# Functions whose result on a GPU the grader's CPU analysis does not reproduce bit for bit: the GPU's approximate
+# intrinsics and transcendental math (its own approximations, not glibc's), and its clocks. A kernel could tell
+# the two apart by them and run code on the GPU that the analysis never saw (races, technique). Compared without
+# leading underscores or `__builtin_` (so `__expf` is `expf`). Refused wherever it appears (a function pointer, a
+# macro's argument), except a plain word (`log`, `y0`, `norm`, `clock`) that is not called: a variable may be named
+# so. Exact math (fmaxf, fabsf, sqrtf, fmaf, floorf, ...) is allowed.
+_PLATFORM = re.compile(
+    r"(?:exp(?:2|10|m1)?|log(?:2|10|1p|b)?|pow|sin|cos|tan|sincos|sinpi|cospi|sincospi|a?sinh?|a?cosh?|a?tanh?"
+    r"|atan2|erfc?|erfc?inv|erfcx|[lt]gamma|r?cbrt|r?hypot|r?norm(?:3d|4d)?|normcdf(?:inv)?|[jy][01n]"
+    r"|cyl_bessel_i[01]|rsqrt|fdivide)f?|clock(?:64)?|globaltimer"
+)
 _PRAGMA_OPERATORS = frozenset({"_Pragma", "__pragma"})
 _PROBES = frozenset(
     {
@@ -717,6 +728,10 @@ def _identifier_problem(name: str, after: _Token | None) -> str | None:
     if _COMPILER_NAMES.fullmatch(name):
         return (f"`{shown}` is refused: it tells the compilers apart, and the grader checks with g++ the kernel "
                 "nvcc builds for the GPU: both must compile the same code")
+    if _platform_dependent(name, after):
+        return (f"`{shown}` is refused: a GPU computes it otherwise than the grader's CPU analysis of the same "
+                "kernel (approximate or transcendental math, clocks), so code chosen by its result would not be the "
+                "code the grader checks; a reduction needs none of it (fmaxf, fabsf, sqrtf and the like are fine)")
     if name == "__declspec":
         return f"`{shown}` is refused: it is not CUDA; remove it"
     if name == "extern" and (after is None or after.text != "__shared__"):
@@ -735,6 +750,14 @@ def _identifier_problem(name: str, after: _Token | None) -> str | None:
         return (f"`{shown}` is refused: it {_WHY[category]}, which kernel code has no use for; if it is a name of "
                 "your own, rename it")
     return None
+
+
+def _platform_dependent(name: str, after: _Token | None) -> bool:
+    bare = name.removeprefix("__builtin_")
+    if not _PLATFORM.fullmatch(bare.lstrip("_")):
+        return False
+    plain_word = bare == name and not name.startswith("_") and not name.endswith("f")
+    return not plain_word or (after is not None and after.text == "(")
 
 
 def _host_category(name: str) -> str | None:

@@ -381,6 +381,19 @@ def test_bounds_are_checked_in_the_last_blocks_of_large_launches(cpu: CpuBackend
     assert "out_of_bounds" in kinds(cpu.findings())
 
 
+def test_a_race_kept_to_the_blocks_between_the_sampled_ones_is_found(cpu: CpuBackend) -> None:
+    # Above 2^20 threads the blocks between the first and last 64 run uninstrumented, but for as many drawn from
+    # the run's secret seed: a kernel that races in all of them (or in those a launch's size picks) is caught.
+    stage = get_stage("unrolled_warp")
+    kernel = cpu.compile(source("bug_race_between_the_sampled_blocks"), stage)
+    n = 3 << 20
+    reduce_unchecked(cpu, kernel, np.ones(n, np.float32), (n,))
+    found = cpu.findings()
+    assert "race_syncwarp" in kinds(found), found
+    middle = [f for f in found if f.kind == "race_syncwarp"]
+    assert all(64 <= int(f.thread.split("(")[1].split(",")[0]) < n // 512 - 64 for f in middle)
+
+
 def test_static_shared_array_overrun_is_out_of_bounds(cpu: CpuBackend) -> None:
     kernel = cpu.compile(source("bug_static_shared_overrun"), get_stage("sequential"))
     reduce(cpu, kernel, np.ones(256, np.float32), (256,))

@@ -20,7 +20,7 @@ import pytest
 
 from autograder import errors
 from autograder.backends.base import Backend, Kernel
-from autograder.backends.gpu import parse_nvcc_output
+from autograder.backends.gpu import NVCC_OPTIONS, find_nvcc, parse_nvcc_output
 from autograder.launch import Plan
 from autograder.records import KernelSource, SourceLocation
 from autograder.stages import MAX2D_BASELINE, STAGES, Shape, Stage, get_stage
@@ -118,6 +118,18 @@ def test_nvcc_errors_name_the_cell_line() -> None:
         ("error", 13, 'expected a ";"'),
         ("error", 16, 'identifier "sdta" is undefined'),
     ]
+
+
+def test_the_grader_s_nvcc_options_round_a_product_before_adding_it(tmp_path: Path) -> None:
+    # A fused multiply-add rounds once on a GPU and twice on the CPU analysis: a kernel could tell them apart by it.
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    (tmp_path / "kernel.cu").write_text("__global__ void k(const float *a, float *o) { o[0] = a[0] * a[1] + a[2]; }\n")
+    argv = [nvcc, "-ptx", "-arch=sm_90", *NVCC_OPTIONS, "-o", "kernel.ptx", "kernel.cu"]
+    subprocess.run(argv, cwd=tmp_path, check=True, capture_output=True)
+    ptx = (tmp_path / "kernel.ptx").read_text()
+    assert "fma" not in ptx and "mul.rn.f32" in ptx and "add.rn.f32" in ptx
 
 
 def test_nvcc_warnings_and_tool_messages() -> None:

@@ -51,8 +51,10 @@ from autograder.sandbox import Sandbox
 from autograder.stages import Shape, Stage, get_stage
 
 # Always passed to nvcc. -lineinfo maps SASS to source lines for compute-sanitizer and Nsight Compute and
-# does not change the generated code.
-NVCC_OPTIONS: tuple[str, ...] = ("-lineinfo",)
+# does not change the generated code. -fmad=false: a float multiply-add rounds twice, as on the CPU backend
+# (g++ -ffp-contract=off), so a kernel cannot tell the GPU from the CPU analysis by a fused product
+# (autograder/policy.py, _PLATFORM). A reduction only adds.
+NVCC_OPTIONS: tuple[str, ...] = ("-lineinfo", "-fmad=false")
 
 # PyCUDA writes the source to this file and runs nvcc in its folder, so diagnostics name it.
 _DIAGNOSTIC = re.compile(

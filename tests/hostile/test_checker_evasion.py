@@ -68,7 +68,7 @@ __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int 
 """
 EXTRAS = {
     "nothing more": ("", True),
-    "a math function": ("if (tid == 0) sdata[0] += 0.0f * logf(fabsf(g_in[0]) + 2.0f);", True),
+    "a math function": ("if (tid == 0) sdata[0] += 0.0f * fmodf(fabsf(g_in[0]) + 2.0f, 3.0f);", True),
     # A library call writes where no instrumented access is (here far past g_out, beyond its guard tail).
     "a math function that writes through a pointer": (
         "if (i == 0) { int *e = (int *)(g_out + gridDim.x + 8192); sdata[0] += frexpf(g_in[0], e); }", False
@@ -95,20 +95,33 @@ def test_a_read_out_of_bounds_is_trusted_as_all_only_where_every_write_could_be_
 
 
 # Reads one past its input on the small analysis case, and never ends on the larger one, where a write out of
-# bounds could hide: what the analysis did not see to the end cannot vouch for its reads.
-# or crashes the CPU analysis's worker there (a GPU may well not fault at the same place).
+# bounds could hide: what the analysis did not see to the end cannot vouch for its reads. Or crashes the CPU
+# analysis's worker there (a GPU may well not fault at the same place; an integer division by zero traps on a CPU
+# and not on a GPU). A kernel that ends the analysis so gets the CPU backend's verdict, not the GPU's: else it
+# could keep its races and its technique from being checked at will.
 ENDINGS = {
-    "finishes": ("", None),
-    "never ends": ("if (n == 65535) { volatile int spin = 1; while (spin) {} }", "the CPU race analysis did not run"),
+    "finishes": ("", None, Status.CORRECT),
+    "never ends": (
+        "if (n == 65535) { volatile int spin = 1; while (spin) {} }",
+        "hung in the CPU race analysis on n=65535 ",
+        Status.TIMEOUT,
+    ),
     "crashes": (
-        "if (n == 65535 && tid == 0) *(volatile int *)(g_out + (1L << 40)) = 1;", "the CPU race analysis stopped"
+        "if (n == 65535 && tid == 0) *(volatile int *)(g_out + (1L << 40)) = 1;",
+        "crashed in the CPU race analysis on n=65535 ",
+        Status.CRASHED,
+    ),
+    "divides by zero": (
+        "if (n == 65535) { volatile unsigned int zero = 0; sdata[tid] += (float)(tid / zero); }",
+        "crashed in the CPU race analysis on n=65535 ",
+        Status.CRASHED,
     ),
 }
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
-def test_an_analysis_that_did_not_finish_vouches_for_no_read_and_says_so(ending: str) -> None:
-    code, note = ENDINGS[ending]
+def test_an_analysis_that_did_not_finish_vouches_for_no_read_and_is_the_stage_s_verdict(ending: str) -> None:
+    code, note, status = ENDINGS[ending]
     options = GradeOptions(backend="cpu", seed=20261125, case_seconds=5.0)
     stage = get_stage("sequential")
     with _student_run(options, None, share=False) as run:
@@ -117,7 +130,12 @@ def test_an_analysis_that_did_not_finish_vouches_for_no_read_and_says_so(ending:
         result = analyse_stage(run, stage, source, correct, analyse_on_cpu(run, stage, source))
     strays = [finding for finding in result.findings if finding.kind == "out_of_bounds"]
     assert strays and all(finding.reads_only == (note is None) for finding in strays)
-    assert result.message == "correct" if note is None else note in result.message
+    assert result.status is status
+    if note is None:
+        assert result.message == "correct" and result.hint is None
+    else:
+        assert result.message.startswith(note) and result.message.endswith("(on the GPU: correct)")
+        assert "an integer division by zero" in result.hint
 
 
 # The first pass also writes past its output; each later pass writes NaN (the poison of its own output's tail)

@@ -175,14 +175,12 @@ static inline std::common_type_t<A, B> max(A a, B b) {
     return (T)a < (T)b ? (T)b : (T)a;
 }
 
-// Intrinsics, computed exactly: the CPU backend checks correctness, not the GPU's approximations.
-static inline float __fdividef(float a, float b) { return a / b; }
+// Intrinsics whose results are exact on a GPU too. The approximate ones (__fdividef, __expf, rsqrtf, ...) and the
+// clocks are refused by the source policy: a GPU computes them otherwise (autograder/policy.py, _PLATFORM).
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
-static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-// __expf, __logf, __sinf, __cosf and __powf are glibc's own names for expf, logf, ... (<cmath> declares them).
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
@@ -242,8 +240,6 @@ AG_LOAD(__ldcg) AG_LOAD(__ldca) AG_LOAD(__ldcs) AG_LOAD(__ldlu) AG_LOAD(__ldcv)
 AG_STORE(__stcg) AG_STORE(__stcs) AG_STORE(__stwb) AG_STORE(__stwt)
 #undef AG_LOAD
 #undef AG_STORE
-static inline long long clock64() { return (long long)__builtin_ia32_rdtsc(); }
-static inline long clock() { return (long)__builtin_ia32_rdtsc(); }  // the device's clock(), a clock_t
 #if !__has_builtin(__builtin_assume)
 #define __builtin_assume(condition) ((void)0)  // nvcc's hint to the optimiser; g++ has no such builtin
 #endif

@@ -1308,6 +1308,20 @@ std::set<long long> measured_blocks(long long blocks, bool sampled, std::uint64_
     return chosen;
 }
 
+// The blocks between the first and last `sample_blocks` of a sampled launch that it checks too: as many again,
+// drawn from its measure seed (the grading run's secret), so a kernel cannot keep a race or a stray access to
+// the blocks it knows run unchecked (all those between, or a few of them chosen by a launch's size).
+std::set<long long> spot_blocks(long long blocks, std::uint64_t seed) {
+    const long long first = g.sample_blocks, last = blocks - g.sample_blocks;  // the unchecked range [first, last)
+    std::set<long long> chosen;
+    if (last <= first) return chosen;
+    std::mt19937_64 draw(seed ^ 0xD1B54A32D192ED03ULL);  // neither the schedule's generator nor the metrics'
+    std::uniform_int_distribution<long long> any(first, last - 1);
+    while (static_cast<long long>(chosen.size()) < std::min<long long>(g.sample_blocks, last - first))
+        chosen.insert(any(draw));
+    return chosen;
+}
+
 // Returns 0 when the launch ran, 1 on a deadlock, -1 when it could not start (see ag_error).
 int ag_launch(const AgLaunch *launch) {
     g.launch = *launch;
@@ -1347,12 +1361,15 @@ int ag_launch(const AgLaunch *launch) {
     // Fresh, zeroed fiber stacks: an uninitialised local variable never sees what an earlier kernel left.
     madvise(g.stacks, (kStackBytes + 4096) * kMaxThreads, MADV_DONTNEED);
     const long long blocks = static_cast<long long>(launch->grid[0]) * launch->grid[1];
-    // Large launches check the first and last blocks fully and run the ones between uninstrumented.
+    // Large launches check the first and last blocks fully, and as many drawn between them, and run the other
+    // blocks uninstrumented.
     const bool sampled = launch->checked && launch->fast && blocks * g.nthreads > g.full_check_threads;
     const std::set<long long> measured = measured_blocks(blocks, sampled, launch->measure_seed);
+    const std::set<long long> spot = sampled ? spot_blocks(blocks, launch->measure_seed) : std::set<long long>{};
     int status = 0;
     for (long long b = 0; b < blocks && status == 0; ++b) {
-        const bool checked = launch->checked && (!sampled || b < g.sample_blocks || b >= blocks - g.sample_blocks);
+        const bool checked = launch->checked && (!sampled || b < g.sample_blocks || b >= blocks - g.sample_blocks
+                                                 || spot.count(b));
         g.checking = checked;
         g.measuring = checked && measured.count(b);
         if (!run_block(static_cast<unsigned int>(b % launch->grid[0]), static_cast<unsigned int>(b / launch->grid[0])))
