@@ -25,6 +25,7 @@ from autograder.backends.cpu.compiler import (
     COMMON_FLAGS,
     RUNTIME_DIR,
     compile_kernel,
+    parse_diagnostics,
     precompiled_preludes,
     prepare_toolchain,
 )
@@ -476,6 +477,39 @@ def test_compile_errors_carry_notebook_cell_lines(cpu: CpuBackend) -> None:
     # The bad shuffle fails inside the prelude, yet the message points at the student's line.
     shuffle = cell_line("bug_compile_error", "__shfl_down_sync")
     assert any(m.line == shuffle and "__ag_" not in m.text for m in errors)
+
+
+@pytest.mark.parametrize(
+    ("declared", "defined"),
+    [
+        ("float helper(float x);", ""),
+        ("float helper(float x);", "__device__ float helper(double x) { return (float)x; }"),
+    ],
+    ids=["never defined", "defined with other parameter types"],
+)
+def test_a_function_declared_and_not_defined_is_named_on_the_line_that_calls_it(
+    cpu: CpuBackend, declared: str, defined: str
+) -> None:
+    text = source("naive").text.replace("__global__", f"__device__ {declared}\n{defined}\n__global__", 1)
+    text = text.replace("sdata[tid] = (i < n) ? g_in[i] : 0.0f;", "sdata[tid] = (i < n) ? helper(g_in[i]) : 0.0f;")
+    assert "helper(g_in[i])" in text
+    with pytest.raises(CompileError) as error:
+        cpu.compile(KernelSource(text, LOCATION), get_stage("naive"))
+    [message] = error.value.messages
+    line = text[: text.index("helper(g_in[i])")].count("\n") + LOCATION.first_line
+    assert message.line == line and message.text.startswith("undefined reference to `helper(")
+    assert "never defined in the cell" in message.text and f"line {line}" in str(error.value)
+
+
+def test_a_kernel_too_large_to_compile_says_so() -> None:
+    log = (
+        "g++: internal compiler error: File size limit exceeded signal terminated program as\n"
+        "Please submit a full bug report, with preprocessed source (by using -freport-bug).\n"
+    )
+    [message] = parse_diagnostics(log, KernelSource("__global__ void k() {}\n"))
+    assert message.severity == "error" and message.line is None
+    assert message.text.startswith("File size limit exceeded")
+    assert "a __device__ or static array too large" in message.text
 
 
 def test_warnings_come_back_with_the_kernel_on_cell_lines(cpu: CpuBackend) -> None:

@@ -471,6 +471,13 @@ def _read_manifest(manifest: Path, files: dict[str, Path]) -> dict | None:
 
 _LOCATION = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?P<rest>.*)$")
 _SEVERITY = re.compile(r"^(?:fatal )?(?P<severity>error|warning):\s*(?P<text>.*)$")
+# A driver's own failure (`g++: fatal error: Killed signal terminated program cc1plus`, `g++: internal compiler
+# error: File size limit exceeded`); not collect2's `ld returned 1 exit status`, which follows the linker's own.
+_DRIVER = re.compile(
+    r"^(?:[\w.+-]*/)?(?:g\+\+|gcc|cc1plus|as|ld)(?:-[\w.]+)?: "
+    r"(?:fatal error|internal compiler error|error): (?P<text>.*)$"
+)
+_DEFINE_IT = " (declared, and never defined in the cell: define it there, with the parameter types it is called with)"
 
 
 def parse_diagnostics(log: str, source: KernelSource) -> list[CompilerMessage]:
@@ -483,10 +490,18 @@ def parse_diagnostics(log: str, source: KernelSource) -> list[CompilerMessage]:
     entries: list[tuple[str, int, str]] = []  # (file, line, rest) for each located line, in order
     for raw in log.splitlines():
         match = _LOCATION.match(raw.strip())
+        undefined = "undefined reference to" in raw or "undefined symbol" in raw
         if match:
-            entries.append((Path(match["file"]).name, int(match["line"]), match["rest"]))
-        elif "undefined reference to" in raw or "undefined symbol" in raw:
-            entries.append(("", 0, "error: " + raw.split(":", 2)[-1].strip()))
+            rest = match["rest"]
+            if undefined:  # the linker's `kernel.cu:9: undefined reference to 'helper(float)'` (the call's line)
+                rest = "error: " + rest[rest.index("undefined"):] + _DEFINE_IT
+            entries.append((Path(match["file"]).name, int(match["line"]), rest))
+        elif undefined:
+            entries.append(("", 0, "error: " + raw.split(":", 2)[-1].strip() + _DEFINE_IT))
+        elif driver := _DRIVER.match(raw.strip()):  # the compiler's driver, with no line: a limit it ran into
+            too_large = " (the compiled kernel is larger than a compile may write: a __device__ or static array " \
+                "too large?)" if "File size limit exceeded" in driver["text"] else ""
+            entries.append(("", 0, f"error: {driver['text']}{too_large}"))
     messages = []
     for index, (file, line, rest) in enumerate(entries):
         severity = _SEVERITY.match(rest)
