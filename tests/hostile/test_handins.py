@@ -241,3 +241,15 @@ def test_a_crash_message_quotes_only_its_own_kernel_s_output_and_no_terminal_cod
         assert "FAKE: all correct" in crash["message"] and "\x1b" not in crash["message"]
     one = CliRunner().invoke(cli, ["check", str(submissions / "a_printer.ipynb"), "--backend", "cpu", "--quick"])
     assert "FAKE: all correct" in one.output and not any(code in one.output for code in "\x1b\x07\r")
+
+
+def test_a_kernel_too_large_to_load_is_its_stage_s_crash_with_no_host_path(tmp_path: Path) -> None:
+    # 64 GiB of __device__ data: the worker's loader cannot map it. The kernel's verdict, not the grader's failure.
+    text = reference_source("naive").text.replace("__global__", "__device__ float big[1ull << 34];\n__global__", 1)
+    text = text.replace("g_out[blockIdx.x] = sdata[0];", "g_out[blockIdx.x] = sdata[0] + big[blockIdx.x];")
+    notebook = write_notebook(tmp_path / "large.ipynb", naive_cell(text))
+    options = GradeOptions(backend="cpu", seed=3, quick=True, measure_speed=False)
+    [naive] = [stage for stage in grade_notebook(notebook, "large", options).stages if stage.stage == "naive"]
+    assert naive.status is Status.CRASHED
+    assert "the kernel could not be loaded (" in naive.message
+    assert "/tmp" not in naive.message and "internal error" not in naive.message

@@ -115,6 +115,18 @@ class _CompiledKernel:
         return {offset: self.lines.get(offset) for offset in offsets}
 
 
+def _open_library(path: Path) -> ctypes.CDLL:
+    """A build's shared object, loaded; a KernelFault that names no host path where the loader refuses it (a
+    `__device__` array of 64 GiB maps no zero-fill pages): the kernel's verdict, not the grader's failure."""
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as error:
+        reason = str(error).rsplit(": ", 1)[-1] if ": " in str(error) else "the loader refused it"
+        raise KernelFault(
+            f"the kernel could not be loaded ({reason}): are its __device__ or static arrays larger than memory?"
+        ) from None
+
+
 def _bind_kernel(library: ctypes.CDLL, stage: Stage, binary: bytes) -> None:
     """Point the library's launcher at the kernel, found by the names a GPU finds it by, or refuse it alike."""
     for symbol in stage.symbols:
@@ -217,7 +229,7 @@ class CpuBackend(Backend):
         for name, data in build.files:  # checked.so, and fast.so unless the checked build serves as both
             path = folder / name
             path.write_bytes(data)
-            libraries[name] = ctypes.CDLL(str(path))
+            libraries[name] = _open_library(path)
             _bind_kernel(libraries[name], stage, data)
         kernel_id = next(_KERNEL_IDS)
         details = build.details
