@@ -42,6 +42,10 @@ class GradeOptions:
     measure_speed: bool = True  # time correct stages where the backend measures performance
     case_seconds: float = 30.0  # time limit of one correctness case, plus per_element_seconds * elements
     per_element_seconds: float = 5e-6
+    # All of a stage's correctness cases together: a kernel slowed on purpose just inside each case's limit would
+    # otherwise hold a grading process for 40 of them (20 minutes a stage). A reference stage takes a second or
+    # two on the CPU backend and a fraction of one on a GPU.
+    stage_seconds: float = 240.0
     calibration_dirs: tuple[Path, ...] = ()
     # On the GPU, also run each kernel on the CPU backend over a few small inputs: a GPU run cannot show a
     # race that happened to give the right sum, and the rubric prices races the same on both backends.
@@ -59,9 +63,9 @@ def settings_label(options: GradeOptions) -> str:
     from a run with the same settings, so a `--quick` run's grades never stand for a full run's."""
     changed = [name for name, on in (("quick", options.quick), ("no speed", not options.measure_speed),
                                      ("no race checks", not options.race_checks)) if on]
-    limits = (options.case_seconds, options.per_element_seconds)
-    if limits != (GradeOptions.case_seconds, GradeOptions.per_element_seconds):
-        changed.append(f"case limits {limits[0]:g} s + {limits[1]:g} s an element")
+    limits = (options.case_seconds, options.per_element_seconds, options.stage_seconds)
+    if limits != (GradeOptions.case_seconds, GradeOptions.per_element_seconds, GradeOptions.stage_seconds):
+        changed.append(f"case limits {limits[0]:g} s + {limits[1]:g} s an element, {limits[2]:g} s a stage")
     if options.calibration_dirs:
         changed.append(f"calibrations from {', '.join(path.name for path in options.calibration_dirs)}")
     return ", ".join(changed)

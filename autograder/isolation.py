@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -109,18 +110,29 @@ class Worker:
         return next(self._calls(fn, [args], [timeout], many=False))
 
     def call_each(
-        self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], timeouts: Sequence[float]
+        self,
+        fn: Callable[..., Any],
+        calls: Sequence[tuple[Any, ...]],
+        timeouts: Sequence[float],
+        budget: float | None = None,
     ) -> Iterator[Any]:
         """`fn(backend, *args)` for each `args` of `calls` in turn, in one message to the child: each result as it
-        comes, each within its own timeout (counted from the result before it). The child stops at the first
-        call that raises, and so does the iteration, with that call's error; a caller that stops taking results
-        early stops the worker, whose next call starts a fresh one."""
-        return self._calls(fn, calls, timeouts, many=True)
+        comes, each within its own timeout (counted from the result before it), and all of them within `budget`
+        seconds where one is given. The child stops at the first call that raises, and so does the iteration, with
+        that call's error; a caller that stops taking results early stops the worker, whose next call starts a
+        fresh one."""
+        return self._calls(fn, calls, timeouts, many=True, budget=budget)
 
     def _calls(
-        self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], timeouts: Sequence[float], many: bool
+        self,
+        fn: Callable[..., Any],
+        calls: Sequence[tuple[Any, ...]],
+        timeouts: Sequence[float],
+        many: bool,
+        budget: float | None = None,
     ) -> Iterator[Any]:
         self._ensure_started()
+        deadline = None if budget is None else time.monotonic() + budget
         assert self._connection is not None and len(calls) == len(timeouts)
         self._output_from = self.log_size()
         self._connection.send((_importable(fn), list(calls) if many else calls[0], many))
@@ -130,8 +142,17 @@ class Worker:
         over = False  # the child sends nothing more: it stopped at a call that raised, or it was stopped
         try:
             for timeout in timeouts:
+                left = timeout if deadline is None else min(timeout, deadline - time.monotonic())
                 try:
-                    reply = self._receive(timeout, what=what)
+                    reply = self._receive(max(left, 0.0), what=what)
+                except KernelTimeout:
+                    over = True
+                    if left < timeout:  # the calls' budget, not this call's own limit, ran out
+                        raise KernelTimeout(
+                            f"the {len(calls)} runs ran past the {budget:g} s they may take together and were stopped "
+                            f"after {taken} of them (a kernel far slower than it should be?)"
+                        ) from None
+                    raise
                 except GraderError:
                     over = True
                     raise

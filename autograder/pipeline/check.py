@@ -14,6 +14,10 @@ from autograder.stages import Stage
 from autograder.verify import correctness_cases, hint, judge, kernel_metrics, run_case
 
 METRICS_SECONDS = 120.0
+TOO_SLOW = (
+    "the kernel ran past its time: look for a loop that never ends or waits for another block, a barrier that "
+    "not every thread of the block reaches, or far more work than a reduction needs"
+)
 
 
 def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
@@ -26,7 +30,9 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
     run.worker.start()  # a worker starts outside the GPU's gate, so a timing never waits for its start
     with run.gate(exclusive=False):
         # All the cases in one message to the worker, each answered (and timed out) on its own.
-        replies = run.worker.call_each(run_case, [(build, case, block_size) for case in todo], limits)
+        replies = run.worker.call_each(
+            run_case, [(build, case, block_size) for case in todo], limits, budget=options.stage_seconds
+        )
         for case in todo:
             try:
                 value, seen, wrong = next(replies)
@@ -57,7 +63,9 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
         stage=stage.id,
         status=status,
         message=_message(status, case_tuple),
-        hint=hint(stage, case_tuple, block_size, joined) if status is not Status.CORRECT else None,
+        hint=TOO_SLOW if status is Status.TIMEOUT and not joined else (
+            hint(stage, case_tuple, block_size, joined) if status is not Status.CORRECT else None
+        ),
         compiler=build.warnings,
         cases=case_tuple,
         findings=joined,

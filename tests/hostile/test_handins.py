@@ -20,6 +20,7 @@ from autograder.batch import discover, file_stem
 from autograder.cli import cli
 from autograder.grade import GradeOptions, grade_notebook
 from autograder.notebook import MAX_CELL_CHARS, MAX_NOTEBOOK_BYTES, kernel_cell, stage_cells
+from autograder.pipeline.check import TOO_SLOW
 from autograder.records import Status, to_dict
 from autograder.references import reference_source
 
@@ -253,3 +254,19 @@ def test_a_kernel_too_large_to_load_is_its_stage_s_crash_with_no_host_path(tmp_p
     assert naive.status is Status.CRASHED
     assert "the kernel could not be loaded (" in naive.message
     assert "/tmp" not in naive.message and "internal error" not in naive.message
+
+
+def test_a_kernel_slowed_just_inside_each_case_s_limit_runs_out_the_stage_s_time(tmp_path: Path) -> None:
+    # Each case well inside its own limit, the stage's cases together past theirs: the stage is timeout, and
+    # grading goes on to the next stage, instead of a grading process held for 40 cases.
+    spin = "if (threadIdx.x == 0 && blockIdx.x == 0) { for (volatile unsigned long long k = 0; k < 200000000ull; " \
+           "k = k + 1) {} }\n    "
+    text = reference_source("naive").text.replace("sdata[tid] = (i < n)", spin + "sdata[tid] = (i < n)", 1)
+    notebook = write_notebook(tmp_path / "slow.ipynb", naive_cell(text),
+                              kernel_cell("anti_divergence", reference_source("anti_divergence").text))
+    options = GradeOptions(backend="cpu", seed=3, quick=True, measure_speed=False, stage_seconds=3.0)
+    stages = {stage.stage: stage for stage in grade_notebook(notebook, "slow", options).stages}
+    naive = stages["naive"]
+    assert naive.status is Status.TIMEOUT
+    assert "runs ran past the 3 s they may take together" in naive.message and naive.hint == TOO_SLOW
+    assert stages["anti_divergence"].status is Status.CORRECT
