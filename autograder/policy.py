@@ -162,6 +162,9 @@ _PLATFORM = re.compile(
     r"|atan2|erfc?|erfc?inv|erfcx|[lt]gamma|r?cbrt|r?hypot|r?norm(?:3d|4d)?|normcdf(?:inv)?|[jy][01n]"
     r"|cyl_bessel_i[01]|rsqrt|fdivide)f?|clock(?:64)?|globaltimer"
 )
+# The versions of the GPU and of CUDA: the CPU backend's are its own (ag_prelude.h). In an #if the compilers are
+# asked which code each builds (_split_problems); in code, a kernel could choose its code by them unseen.
+_VERSIONS = frozenset({"__CUDA_ARCH__", "CUDART_VERSION", "CUDA_VERSION", "__CUDA_API_VERSION"})
 _PRAGMA_OPERATORS = frozenset({"_Pragma", "__pragma"})
 _PROBES = frozenset(
     {
@@ -631,7 +634,7 @@ def _directive_problems(row: list[_Token], logical: str) -> list[Problem]:
                            "only #pragma unroll (and nounroll, once) are allowed")]
         return _code_problems(row[3:], in_define=False)
     if directive in _PLAIN_DIRECTIVES:
-        return _code_problems(row[2:], in_define=False)
+        return _code_problems(row[2:], in_define=False, condition=True)
     return [(line, f"`#{_shown(directive)}` is refused: only #include <...>, #define, #undef, "
                    "#if/#ifdef/#else/#endif and #pragma unroll are allowed in a kernel cell; remove it")]
 
@@ -670,8 +673,9 @@ def _macro_name_problems(row: list[_Token], directive: str) -> list[Problem]:
     return []
 
 
-def _code_problems(row: list[_Token], in_define: bool) -> list[Problem]:
-    """Problems of the tokens of one line of code, or of a directive's operands (a #define's body)."""
+def _code_problems(row: list[_Token], in_define: bool, condition: bool = False) -> list[Problem]:
+    """Problems of the tokens of one line of code, or of a directive's operands (a #define's body, an #if's
+    `condition`)."""
     problems: list[Problem] = []
     for index, token in enumerate(row):
         after = row[index + 1] if index + 1 < len(row) else None
@@ -697,6 +701,10 @@ def _code_problems(row: list[_Token], in_define: bool) -> list[Problem]:
                 problems.append((token.line, message))
         elif token.kind == "identifier":
             message = _identifier_problem(token.text, after)
+            if message is None and token.text in _VERSIONS and not condition:
+                message = (f"`{token.text}` is refused outside #if: its value on a GPU is not the grader's CPU "
+                           "analysis's, so code chosen by it would not be the code the grader checks; choose with "
+                           f"#if {token.text} ..., where both compilers are asked which code they build")
             if message is None and token.text in _ATTRIBUTE_KEYWORDS:
                 message = _attribute_problem(row, index)
             if message is None and index and row[index - 1].text in (":", "::") and token.text.strip("_") in _PLACING:

@@ -172,12 +172,14 @@ def test_plain_words_that_name_host_functions_are_legal_names_in_a_kernel() -> N
 
 def test_plain_words_that_name_math_functions_are_legal_names_and_exact_math_is_legal() -> None:
     # A max2d kernel's corners (x0, y0, y1), a count of rounds (log), a norm: names; fmaxf, fabsf, sqrtf, fmaf and
-    # floorf compute the same bits on a GPU as on the CPU analysis. Calls of what does not are refused.
+    # floorf compute the same bits on a GPU as on the CPU analysis, and an #if on the architecture is asked of both
+    # compilers. Calls of what does not compute the same are refused.
     text = (
         "__global__ void max2d(const float *g_in, float *g_out, unsigned int width, unsigned int height)\n{\n"
         "    unsigned int x0 = 2 * threadIdx.x, y0 = 2 * threadIdx.y, y1 = y0 + 1, log = 0, clock = 0;\n"
         "    float norm = fabsf(sqrtf(fmaf(1.0f, 2.0f, floorf(0.5f))));\n"
-        "    g_out[0] = fmaxf(g_in[y0 * width + x0], g_in[y1 * width + x0]) + norm + log + clock;\n}\n"
+        "    g_out[0] = fmaxf(g_in[y0 * width + x0], g_in[y1 * width + x0]) + norm + log + clock;\n"
+        "#if __CUDA_ARCH__ >= 700\n    __syncwarp();\n#endif\n}\n"
     )
     assert source_problems(text) == []
     for call in ("log(2.0f)", "powf(2.0f, 3.0f)", "__sinf(1.0f)", "rsqrtf(2.0f)", "clock()", "__builtin_expf(1.0f)"):
