@@ -271,16 +271,16 @@ def expect(stage: Stage, values: np.ndarray, size: tuple[int, ...], block_size: 
     """What the contract makes of one pass's input `values` (of `size`): a sum's block sums, max2d's quadrant
     maxima."""
     if stage.shape is Shape.MAX_2D:
-        return Maxima.of(values, size)
+        return QuadrantMaxima.of(values, size)
     per_block = block_size * stage.elements_per_thread
     tolerance: float | np.ndarray = 0.0
     if not np.array_equal(values, np.rint(values)):  # whole numbers sum exactly in any order
         tolerance = sum_tolerance(per_block, stage.elements_per_thread, _slice_sums(np.abs(values), per_block))
-    return Sums(values.size, per_block, _slice_sums(values, per_block), tolerance)
+    return BlockSums(values.size, per_block, _slice_sums(values, per_block), tolerance)
 
 
 @dataclass(frozen=True)
-class Sums:
+class BlockSums:
     """The sum of each block's slice of an input of `count` values, and how far from it float32 rounding may be."""
 
     count: int
@@ -310,7 +310,7 @@ def _slice_sums(values: np.ndarray, per_block: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Maxima:
+class QuadrantMaxima:
     """The quadrant maxima of the `width x height` matrix `values`."""
 
     size: tuple[int, ...]
@@ -318,7 +318,7 @@ class Maxima:
     maxima: np.ndarray
 
     @classmethod
-    def of(cls, values: np.ndarray, size: tuple[int, ...]) -> Maxima:
+    def of(cls, values: np.ndarray, size: tuple[int, ...]) -> QuadrantMaxima:
         padded = _padded(values, size)
         half_h, half_w = padded.shape[0] // 2, padded.shape[1] // 2
         top = np.maximum(padded[:half_h, :half_w], padded[:half_h, half_w:])
@@ -355,4 +355,4 @@ def _padded(values: np.ndarray, size: tuple[int, ...]) -> np.ndarray:
     return padded
 
 
-Expected = Sums | Maxima
+Expected = BlockSums | QuadrantMaxima

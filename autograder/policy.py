@@ -155,8 +155,8 @@ _COMPILER_NAMES = re.compile(r"__NVCC__|__CUDACC_VER_\w+|__CUDACC_RTC__|__SANITI
 # intrinsics and transcendental math (its own approximations, not glibc's), and its clocks. A kernel could tell
 # the two apart by them and run code on the GPU that the analysis never saw (races, technique). Compared without
 # leading underscores or `__builtin_` (so `__expf` is `expf`). Refused wherever it appears (a function pointer, a
-# macro's argument), except a plain word (`log`, `y0`, `norm`, `clock`) that is not called: a variable may be named
-# so. Exact math (fmaxf, fabsf, sqrtf, fmaf, floorf, ...) is allowed.
+# macro's argument), except a plain word (`log`, `y0`, `norm`, `clock`) that the cell declares as its own
+# (_platform_dependent). Exact math (fmaxf, fabsf, sqrtf, fmaf, floorf, ...) is allowed.
 _PLATFORM = re.compile(
     r"(?:exp(?:2|10|m1)?|log(?:2|10|1p|b)?|pow|sin|cos|tan|sincos|sinpi|cospi|sincospi|a?sinh?|a?cosh?|a?tanh?"
     r"|atan2|erfc?|erfc?inv|erfcx|[lt]gamma|r?cbrt|r?hypot|r?norm(?:3d|4d)?|normcdf(?:inv)?|[jy][01n]"
@@ -473,15 +473,69 @@ def _groups(rows: list[_Row], spliced: _Spliced) -> _Groups:
     return _Groups(branch_of_row, chains, markers, closed and not open_chains)
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """What the whole cell tells about its names: the plain words of `_PLATFORM` it declares itself (as something
+    of its own, and which of them as functions), and the macros that stand for a version (`_VERSIONS`)."""
+
+    declared: frozenset[str] = frozenset()
+    functions: frozenset[str] = frozenset()
+    versions: frozenset[str] = _VERSIONS
+
+
+# Tokens after which a name is being declared: a type, a pointer or a reference.
+_SIZED = frozenset(f"{kind}{bits}_t" for kind in ("int", "uint") for bits in (8, 16, 32, 64))
+_DECLARING = _SIZED | {"float", "double", "int", "unsigned", "signed", "long", "short", "char", "bool", "auto", "void",
+                       "size_t", "uint", "dim3", "half", "*", "&"}
+
+
+_QUALIFIERS = frozenset({"const", "static", "volatile", "register", "__shared__", "__device__", "__constant__"})
+
+
+def _cell(rows: list[_Row]) -> _Cell:
+    declared: set[str] = set()
+    functions: set[str] = set()
+    versions = set(_VERSIONS)
+    for row in rows:
+        tokens = row.tokens
+        opener, depth = None, 0  # the first token of the statement, and the parentheses open in it
+        for index, token in enumerate(tokens):
+            before = tokens[index - 1] if index else None
+            after = tokens[index + 1] if index + 1 < len(tokens) else None
+            if token.text in (";", "{", "}"):
+                opener, depth = None, 0
+                continue
+            opener = opener or token.text
+            depth += {"(": 1, ")": -1}.get(token.text, 0)
+            if token.kind != "identifier" or before is None:
+                continue
+            listed = before.text == "," and depth == 0 and opener in _DECLARING | _QUALIFIERS  # `int a = 0, log = 1;`
+            if before.text in _DECLARING or listed:
+                declared.add(token.text)
+                if after is not None and after.text == "(":
+                    functions.add(token.text)
+    defines = [row.tokens for row in rows if len(row.tokens) > 2 and row.tokens[0].text in _HASH
+               and row.tokens[1].text == "define" and row.tokens[2].kind == "identifier"]
+    grown = True
+    while grown:  # a macro that stands for a version, or for another such macro
+        grown = False
+        for tokens in defines:
+            if tokens[2].text not in versions and any(token.text in versions for token in tokens[3:]):
+                versions.add(tokens[2].text)
+                grown = True
+    return _Cell(frozenset(declared), frozenset(functions), frozenset(versions))
+
+
 def _token_problems(rows: list[_Row], groups: _Groups, logical: str) -> list[_Found]:
     found: list[_Found] = []
     top_level = 0
+    cell = _cell(rows)
     for row, branch in zip(rows, groups.branch_of_row, strict=True):
         tokens = row.tokens
         if tokens[0].text in _HASH:
-            problems = _directive_problems(tokens, logical)
+            problems = _directive_problems(tokens, logical, cell)
         else:
-            problems = _code_problems(tokens, in_define=False)
+            problems = _code_problems(tokens, in_define=False, cell=cell)
         found += [_Found(line, text, branch) for line, text in problems]
         top_level += len(problems) if branch is None else 0
         if top_level >= MAX_MESSAGES:
@@ -614,7 +668,7 @@ def _preprocess_commands(device: DeviceInfo | None) -> list[tuple[list[str], flo
     return commands
 
 
-def _directive_problems(row: list[_Token], logical: str) -> list[Problem]:
+def _directive_problems(row: list[_Token], logical: str, cell: _Cell) -> list[Problem]:
     line = row[0].line
     if len(row) == 1:
         return []  # the null directive
@@ -627,14 +681,15 @@ def _directive_problems(row: list[_Token], logical: str) -> list[Problem]:
         return _include_problems(line, logical[name.end : _line_end(logical, name.end)])
     if directive in ("define", "undef"):
         problems = _macro_name_problems(row, directive)
-        return problems + _code_problems(row[2:], in_define=directive == "define")
+        # A macro's own name is not checked as a use of a version; its body is, where the macro is used.
+        return problems + _code_problems(row[2:], in_define=directive == "define", cell=cell, versions_ok=True)
     if directive == "pragma":
         if len(row) < 3 or row[2].text not in _ALLOWED_PRAGMAS:
             return [(line, "this #pragma is refused: pragmas change how the compiler builds and checks the kernel; "
                            "only #pragma unroll (and nounroll, once) are allowed")]
-        return _code_problems(row[3:], in_define=False)
+        return _code_problems(row[3:], in_define=False, cell=cell)
     if directive in _PLAIN_DIRECTIVES:
-        return _code_problems(row[2:], in_define=False, condition=True)
+        return _code_problems(row[2:], in_define=False, cell=cell, versions_ok=True)
     return [(line, f"`#{_shown(directive)}` is refused: only #include <...>, #define, #undef, "
                    "#if/#ifdef/#else/#endif and #pragma unroll are allowed in a kernel cell; remove it")]
 
@@ -673,9 +728,11 @@ def _macro_name_problems(row: list[_Token], directive: str) -> list[Problem]:
     return []
 
 
-def _code_problems(row: list[_Token], in_define: bool, condition: bool = False) -> list[Problem]:
+def _code_problems(
+    row: list[_Token], in_define: bool, cell: _Cell = _Cell(), versions_ok: bool = False
+) -> list[Problem]:
     """Problems of the tokens of one line of code, or of a directive's operands (a #define's body, an #if's
-    `condition`)."""
+    condition: where the versions may be read, `versions_ok`)."""
     problems: list[Problem] = []
     for index, token in enumerate(row):
         after = row[index + 1] if index + 1 < len(row) else None
@@ -701,10 +758,17 @@ def _code_problems(row: list[_Token], in_define: bool, condition: bool = False) 
                 problems.append((token.line, message))
         elif token.kind == "identifier":
             message = _identifier_problem(token.text, after)
-            if message is None and token.text in _VERSIONS and not condition:
-                message = (f"`{token.text}` is refused outside #if: its value on a GPU is not the grader's CPU "
-                           "analysis's, so code chosen by it would not be the code the grader checks; choose with "
-                           f"#if {token.text} ..., where both compilers are asked which code they build")
+            if message is None and token.text in cell.versions and not versions_ok:
+                message = (f"`{token.text}` is refused outside #if: the version it stands for on a GPU is not the "
+                           "grader's CPU analysis's, so code chosen by it would not be the code the grader checks; "
+                           "choose with #if, where both compilers are asked which code they build")
+            before = row[index - 1] if index else None
+            if message is None and _platform_dependent(token.text, before, after, cell):
+                message = (f"`{_shown(token.text)}` is refused: a GPU computes it otherwise than the grader's CPU "
+                           "analysis of the same kernel (approximate or transcendental math, clocks), so code chosen "
+                           "by its result would not be the code the grader checks; a reduction needs none of it "
+                           "(fmaxf, fabsf, sqrtf and the like are fine). If it is a name of your own, declare it with "
+                           "its type in the cell (`int log = 0;`) or rename it")
             if message is None and token.text in _ATTRIBUTE_KEYWORDS:
                 message = _attribute_problem(row, index)
             if message is None and index and row[index - 1].text in (":", "::") and token.text.strip("_") in _PLACING:
@@ -736,10 +800,6 @@ def _identifier_problem(name: str, after: _Token | None) -> str | None:
     if _COMPILER_NAMES.fullmatch(name):
         return (f"`{shown}` is refused: it tells the compilers apart, and the grader checks with g++ the kernel "
                 "nvcc builds for the GPU: both must compile the same code")
-    if _platform_dependent(name, after):
-        return (f"`{shown}` is refused: a GPU computes it otherwise than the grader's CPU analysis of the same "
-                "kernel (approximate or transcendental math, clocks), so code chosen by its result would not be the "
-                "code the grader checks; a reduction needs none of it (fmaxf, fabsf, sqrtf and the like are fine)")
     if name == "__declspec":
         return f"`{shown}` is refused: it is not CUDA; remove it"
     if name == "extern" and (after is None or after.text != "__shared__"):
@@ -760,12 +820,19 @@ def _identifier_problem(name: str, after: _Token | None) -> str | None:
     return None
 
 
-def _platform_dependent(name: str, after: _Token | None) -> bool:
+def _platform_dependent(name: str, before: _Token | None, after: _Token | None, cell: _Cell) -> bool:
+    """Whether `name` is one of `_PLATFORM`'s functions. A plain word (`log`, `y0`, `norm`) is the cell's own
+    where it declares it: called, as a function it declares; otherwise as anything it declares, or a member."""
     bare = name.removeprefix("__builtin_")
     if not _PLATFORM.fullmatch(bare.lstrip("_")):
         return False
-    plain_word = bare == name and not name.startswith("_") and not name.endswith("f")
-    return not plain_word or (after is not None and after.text == "(")
+    if bare != name or name.startswith("_") or name.endswith("f"):
+        return True
+    if before is not None and before.text in (".", "->"):
+        return False
+    if after is not None and after.text == "(":
+        return name not in cell.functions
+    return name not in cell.declared
 
 
 def _host_category(name: str) -> str | None:

@@ -57,21 +57,30 @@ def analyse_on_cpu(run: StudentRun, stage: Stage, source: KernelSource) -> CpuAn
     try:
         for _, found, _ in checker.call_each(run_case, calls, [run.options.case_seconds] * len(calls)):
             seen.append(found)
-        metrics = checker.call(kernel_metrics, build, timeout=METRICS_SECONDS)
-        return CpuAnalysis(tuple(seen), metrics, None)
+    except CompileError:
+        raise  # a kernel the worker's backend cannot load: as above
     except KernelFault as error:
+        where = cases[len(seen)].label
         if error.findings:  # a deadlock's own findings say what stopped it, and the rubric judges them
             seen.append(error.findings)
+            if any(f.kind == "deadlock" for f in error.findings):  # a kernel that never ends: a timeout there
+                return CpuAnalysis(_unsure(seen), None, f"deadlocked in the CPU race analysis on {where}",
+                                   Status.TIMEOUT)
             return CpuAnalysis(_unsure(seen), None, None)
-        where = f" on {cases[len(seen)].label}" if len(seen) < len(cases) else ""
-        note = f"crashed in the CPU race analysis{where}: {_first_line(error)}"
+        if _KILLED in str(error):  # by the machine (its memory ran out, say), not by anything the kernel can do
+            return CpuAnalysis(_unsure(seen), None, f"the CPU race analysis stopped: {_first_line(error)}")
+        note = f"crashed in the CPU race analysis on {where}: {_first_line(error)}"
         return CpuAnalysis(_unsure(seen), None, note, Status.CRASHED)
     except KernelTimeout as error:
-        where = f" on {cases[len(seen)].label}" if len(seen) < len(cases) else ""
-        return CpuAnalysis(_unsure(seen), None, f"hung in the CPU race analysis{where}: {_first_line(error)}",
-                           Status.TIMEOUT)
+        note = f"hung in the CPU race analysis on {cases[len(seen)].label}: {_first_line(error)}"
+        return CpuAnalysis(_unsure(seen), None, note, Status.TIMEOUT)
     except GraderError as error:
         return CpuAnalysis(_unsure(seen), None, f"the CPU race analysis stopped: {_first_line(error)}")
+    try:  # counts the runs left in the worker: no kernel code runs, and a failure here is the grader's
+        metrics = checker.call(kernel_metrics, build, timeout=METRICS_SECONDS)
+    except GraderError:
+        metrics = None
+    return CpuAnalysis(tuple(seen), metrics, None)
 
 
 def _unsure(seen: list[tuple[Finding, ...]]) -> tuple[tuple[Finding, ...], ...]:
@@ -99,6 +108,7 @@ def analyse_stage(
     return result
 
 
+_KILLED = "(SIGKILL)"  # how a worker killed from outside is told (autograder.isolation)
 ENDED_HINT = (
     "a kernel that crashes or never ends on the CPU backend does something CUDA does not define or leaves a thread "
     "waiting for ever (an integer division by zero, an access far out of bounds, a spin-wait on another block), "

@@ -175,3 +175,18 @@ def test_a_pass_that_wipes_the_last_pass_s_write_past_its_output_does_not_hide_i
     assert [(finding.kind, finding.message.split(",")[0]) for finding in findings] == [
         ("output_guard", "pass 1 wrote g_out[257]")
     ]
+
+
+def test_a_kernel_that_deadlocks_only_in_the_analysis_is_a_timeout_there_as_on_the_cpu_backend() -> None:
+    # The known half-warp deadlock, kept to one analysis case: the GPU's correctness run never meets it.
+    known = Path(__file__).parents[1] / "known" / "half_warp_barrier_deadlock.cu"
+    text = known.read_text().replace("if (tid >= 16) {", "if (tid >= 16 && n == 65535) {")
+    assert "n == 65535" in text
+    options = GradeOptions(backend="cpu", seed=20261125, case_seconds=5.0)
+    stage = get_stage("shuffle")
+    with _student_run(options, None, share=False) as run:
+        source = KernelSource(text)
+        correct = StageResult(stage.id, Status.CORRECT, "correct")
+        result = analyse_stage(run, stage, source, correct, analyse_on_cpu(run, stage, source))
+    assert result.status is Status.TIMEOUT and "deadlock" in {finding.kind for finding in result.findings}
+    assert result.message.startswith("deadlocked in the CPU race analysis on n=65535 ")

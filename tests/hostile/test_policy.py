@@ -187,6 +187,44 @@ def test_plain_words_that_name_math_functions_are_legal_names_and_exact_math_is_
         assert [line for line, _ in refused] == [5] and "a GPU computes it otherwise" in refused[0][1], call
 
 
+PLATFORM_WAYS = {
+    "in parentheses": "float g = (exp)(10.3f);",
+    "called on the next line": "float g = exp\n        (10.3f);",
+    "through a pointer": "float (*f)(float) = exp; float g = f(10.3f);",
+    "through a macro": "float g = CALL(exp, 10.3f);",
+    "as an argument": "float g = apply(exp, 10.3f);",
+    "a name declared in another scope": "{ float exp = 1.0f; (void)exp; } float g = exp(10.3f);",
+    "a version in code": "float g = __CUDA_ARCH__;",
+    "a version through a macro": "float g = ARCH;",
+}
+
+
+@pytest.mark.parametrize("way", PLATFORM_WAYS)
+def test_a_platform_dependent_function_or_version_is_refused_however_it_is_reached(way: str) -> None:
+    text = (
+        "#define CALL(f, x) f(x)\n#define ARCH (__CUDA_ARCH__ + 0)\n"
+        "__device__ float apply(float (*f)(float), float x) { return f(x); }\n"
+        "__global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n)\n{\n"
+        f"    {PLATFORM_WAYS[way]}\n    g_out[0] = g;\n}}\n"
+    )
+    refused = source_problems(text)
+    assert refused and all(line in (6, 7) for line, _ in refused), refused
+    reasons = ("is refused: a GPU computes it otherwise", "is refused outside #if")
+    assert any(reason in why for _, why in refused for reason in reasons)
+
+
+def test_names_a_cell_declares_as_its_own_are_not_the_math_functions() -> None:
+    text = (
+        "struct Totals { float log; };\n"
+        "__device__ float norm(float v) { return v < 0 ? -v : v; }\n"
+        "__global__ void max2d(const float *g_in, float *g_out, unsigned int width, unsigned int height)\n{\n"
+        "    unsigned int x0 = 2 * threadIdx.x, y0 = 2 * threadIdx.y, y1 = y0 + 1, exp = 0;\n"
+        "    Totals t; t.log = norm(g_in[y0 * width + x0]);\n"
+        "    g_out[0] = fmaxf(t.log, g_in[y1 * width + x0]) + exp;\n}\n"
+    )
+    assert source_problems(text) == []
+
+
 def test_a_kernel_with_c_linkage_is_legal_and_a_c_declaration_is_not() -> None:
     kernel = 'extern "C" __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {}\n'
     assert source_problems(kernel) == []

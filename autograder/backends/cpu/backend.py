@@ -121,10 +121,16 @@ def _open_library(path: Path) -> ctypes.CDLL:
     try:
         return ctypes.CDLL(str(path))
     except OSError as error:
-        reason = str(error).rsplit(": ", 1)[-1] if ": " in str(error) else "the loader refused it"
+        reason = str(error).rsplit(": ", 1)[-1]
+        if not _TOO_LARGE.search(reason):  # a library or a folder of the grader's own: its failure, not the kernel's
+            raise
         raise KernelFault(
             f"the kernel could not be loaded ({reason}): are its __device__ or static arrays larger than memory?"
         ) from None
+
+
+# What the loader says of a library whose data it cannot map (glibc's words).
+_TOO_LARGE = re.compile(r"map zero-fill pages|failed to map segment|Cannot allocate memory|File too large")
 
 
 def _bind_kernel(library: ctypes.CDLL, stage: Stage, binary: bytes) -> None:

@@ -474,8 +474,8 @@ _SEVERITY = re.compile(r"^(?:fatal )?(?P<severity>error|warning):\s*(?P<text>.*)
 # A driver's own failure (`g++: fatal error: Killed signal terminated program cc1plus`, `g++: internal compiler
 # error: File size limit exceeded`); not collect2's `ld returned 1 exit status`, which follows the linker's own.
 _DRIVER = re.compile(
-    r"^(?:[\w.+-]*/)?(?:g\+\+|gcc|cc1plus|as|ld)(?:-[\w.]+)?: "
-    r"(?:fatal error|internal compiler error|error): (?P<text>.*)$"
+    r"^(?:\S*/)?(?:[\w.-]*-)?(?:g\+\+|gcc|cc1plus|as|ld|collect2)(?:-[\w.]+)?: "
+    r"(?:fatal error|internal compiler error|error): (?!ld returned \d+ exit status)(?P<text>.*)$"
 )
 _DEFINE_IT = " (declared, and never defined in the cell: define it there, with the parameter types it is called with)"
 
