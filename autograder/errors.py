@@ -38,6 +38,11 @@ class KernelFault(GraderError):
     def __reduce__(self):
         return (type(self), (str(self), self.findings))
 
+    @property
+    def deadlocked(self) -> bool:
+        """Whether the backend saw every thread wait for ever: a kernel that never ends, a timeout on any backend."""
+        return any(finding.kind == "deadlock" for finding in self.findings)
+
 
 class KernelTimeout(GraderError):
     """A launch ran past its time limit and its worker was stopped."""

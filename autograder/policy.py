@@ -475,21 +475,21 @@ def _groups(rows: list[_Row], spliced: _Spliced) -> _Groups:
 
 @dataclass(frozen=True)
 class _Cell:
-    """What the whole cell tells about its names: the plain words of `_PLATFORM` it declares itself (as something
-    of its own, and which of them as functions), and the macros that stand for a version (`_VERSIONS`)."""
+    """What the whole cell tells about its names: the names it declares itself (and which of them as functions),
+    and the macros that stand for a version (`_VERSIONS`)."""
 
     declared: frozenset[str] = frozenset()
     functions: frozenset[str] = frozenset()
     versions: frozenset[str] = _VERSIONS
 
 
-# Tokens after which a name is being declared: a type, a pointer or a reference.
+# Tokens after which a name is being declared: a type, a pointer or a reference; and the first tokens of a
+# declaration, after which a `,` at its own level starts another name (`int a = 0, log = 1;`).
 _SIZED = frozenset(f"{kind}{bits}_t" for kind in ("int", "uint") for bits in (8, 16, 32, 64))
 _DECLARING = _SIZED | {"float", "double", "int", "unsigned", "signed", "long", "short", "char", "bool", "auto", "void",
                        "size_t", "uint", "dim3", "half", "*", "&"}
-
-
-_QUALIFIERS = frozenset({"const", "static", "volatile", "register", "__shared__", "__device__", "__constant__"})
+_OPENING_A_DECLARATION = _DECLARING | {"const", "static", "volatile", "register", "__shared__", "__device__",
+                                       "__constant__"}
 
 
 def _cell(rows: list[_Row]) -> _Cell:
@@ -509,7 +509,7 @@ def _cell(rows: list[_Row]) -> _Cell:
             depth += {"(": 1, ")": -1}.get(token.text, 0)
             if token.kind != "identifier" or before is None:
                 continue
-            listed = before.text == "," and depth == 0 and opener in _DECLARING | _QUALIFIERS  # `int a = 0, log = 1;`
+            listed = before.text == "," and depth == 0 and opener in _OPENING_A_DECLARATION
             if before.text in _DECLARING or listed:
                 declared.add(token.text)
                 if after is not None and after.text == "(":
@@ -823,10 +823,9 @@ def _identifier_problem(name: str, after: _Token | None) -> str | None:
 def _platform_dependent(name: str, before: _Token | None, after: _Token | None, cell: _Cell) -> bool:
     """Whether `name` is one of `_PLATFORM`'s functions. A plain word (`log`, `y0`, `norm`) is the cell's own
     where it declares it: called, as a function it declares; otherwise as anything it declares, or a member."""
-    bare = name.removeprefix("__builtin_")
-    if not _PLATFORM.fullmatch(bare.lstrip("_")):
+    if not _PLATFORM.fullmatch(name.removeprefix("__builtin_").lstrip("_")):
         return False
-    if bare != name or name.startswith("_") or name.endswith("f"):
+    if name.startswith("_") or name.endswith("f"):  # a builtin, an intrinsic or a float function: no one's name
         return True
     if before is not None and before.text in (".", "->"):
         return False

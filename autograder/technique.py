@@ -321,10 +321,10 @@ def describe(check: TechniqueCheck) -> str:
     if check.value is None:
         absent = ": the technique is absent" if check.passed is False else ""
         return f"{check.name}: {check.how} (reference kernels: {reference}){absent}"
-    if check.previous is None:
-        mark = "" if check.required == BASELINE else f": {'ok' if check.passed else 'the technique is absent'}"
-        return f"{check.name}: {_show(check.value)} (reference kernel: {reference}; {check.required} required){mark}"
     mark = "ok" if check.passed else "the technique is absent"
+    if check.previous is None:
+        shown = "" if check.required == BASELINE else f": {mark}"
+        return f"{check.name}: {_show(check.value)} (reference kernel: {reference}; {check.required} required){shown}"
     return f"{check.name}: {_show(check.value)}, needs {check.required} (reference kernels: {reference}): {mark}"
 
 

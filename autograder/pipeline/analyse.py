@@ -41,7 +41,6 @@ def analyse_on_cpu(run: StudentRun, stage: Stage, source: KernelSource) -> CpuAn
     otherwise keep its races and its technique from being checked. Where the analysis cannot run (no g++, its
     worker does not start), the GPU's verdict stands alone and says so."""
     seen: list[tuple[Finding, ...]] = []
-    metrics = None
     try:
         checker = run.workers.checker()
         checker.start()
@@ -63,7 +62,7 @@ def analyse_on_cpu(run: StudentRun, stage: Stage, source: KernelSource) -> CpuAn
         where = cases[len(seen)].label
         if error.findings:  # a deadlock's own findings say what stopped it, and the rubric judges them
             seen.append(error.findings)
-            if any(f.kind == "deadlock" for f in error.findings):  # a kernel that never ends: a timeout there
+            if error.deadlocked:  # a kernel that never ends: a timeout there
                 return CpuAnalysis(_unsure(seen), None, f"deadlocked in the CPU race analysis on {where}",
                                    Status.TIMEOUT)
             return CpuAnalysis(_unsure(seen), None, None)

@@ -44,7 +44,7 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
                 cases.append(judge(stage, case, None, block_size, error=str(error)))
                 collect(findings, error.findings)
                 # A deadlock the CPU backend sees at once is a kernel that never ends: a GPU waits at its limit.
-                status = Status.TIMEOUT if any(f.kind == "deadlock" for f in error.findings) else Status.CRASHED
+                status = Status.TIMEOUT if error.deadlocked else Status.CRASHED
                 break
             changed = next((f.message for f in seen if f.kind == "input_changed"), None)
             cases.append(judge(stage, case, value, block_size, error=changed, wrong=wrong))
@@ -63,14 +63,24 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
         stage=stage.id,
         status=status,
         message=_message(status, case_tuple),
-        hint=TOO_SLOW if status is Status.TIMEOUT and not joined else (
-            hint(stage, case_tuple, block_size, joined) if status is not Status.CORRECT else None
-        ),
+        hint=_advice(stage, status, case_tuple, block_size, joined),
         compiler=build.warnings,
         cases=case_tuple,
         findings=joined,
         metrics=metrics,
     )
+
+
+def _advice(
+    stage: Stage, status: Status, cases: tuple[CaseResult, ...], block_size: int, findings: tuple[Finding, ...]
+) -> str | None:
+    """The stage's hint: none where it is correct, what to look for where it ran out of time with nothing found,
+    else the pattern of its failed cases and its findings."""
+    if status is Status.CORRECT:
+        return None
+    if status is Status.TIMEOUT and not findings:
+        return TOO_SLOW
+    return hint(stage, cases, block_size, findings)
 
 
 def _message(status: Status, cases: tuple[CaseResult, ...]) -> str:

@@ -478,6 +478,7 @@ _DRIVER = re.compile(
     r"(?:fatal error|internal compiler error|error): (?!ld returned \d+ exit status)(?P<text>.*)$"
 )
 _DEFINE_IT = " (declared, and never defined in the cell: define it there, with the parameter types it is called with)"
+_TOO_LARGE = " (the compiled kernel is larger than a compile may write: a __device__ or static array too large?)"
 
 
 def parse_diagnostics(log: str, source: KernelSource) -> list[CompilerMessage]:
@@ -499,8 +500,7 @@ def parse_diagnostics(log: str, source: KernelSource) -> list[CompilerMessage]:
         elif undefined:
             entries.append(("", 0, "error: " + raw.split(":", 2)[-1].strip() + _DEFINE_IT))
         elif driver := _DRIVER.match(raw.strip()):  # the compiler's driver, with no line: a limit it ran into
-            too_large = " (the compiled kernel is larger than a compile may write: a __device__ or static array " \
-                "too large?)" if "File size limit exceeded" in driver["text"] else ""
+            too_large = _TOO_LARGE if "File size limit exceeded" in driver["text"] else ""
             entries.append(("", 0, f"error: {driver['text']}{too_large}"))
     messages = []
     for index, (file, line, rest) in enumerate(entries):
