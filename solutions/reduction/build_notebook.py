@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from autograder.grade import GradeOptions
 from autograder.nbgrade import GRADED_CELL_PREFIX, graded_cell
 from autograder.notebook import NBGRADER_SCHEMA_VERSION, kernel_cell
 from autograder.selfcheck import environment_rubric
@@ -117,6 +118,13 @@ The grader launches your kernels itself. Write them for exactly this launch.
 * Any `n` from 1 up: `n` is rarely a multiple of the block size, so the last block must ignore what lies past
   `n-1` (a thread with nothing to load contributes 0, the identity of a sum). The grader puts values that spoil
   the sum after the end of every input, and checks that nothing is written past the end of every output.
+* What a kernel may call: `+`, `fmaxf`, `fminf`, `fabsf`, `sqrtf` and the other exact math, warp and atomic
+  functions, `printf`. Approximate or transcendental math (`expf`, `__expf`, `__fdividef`, `rsqrtf`, `sinf`,
+  ...) and the clocks (`clock()`, `clock64()`) are refused: the grader also runs your kernel on its CPU, where
+  they give other bits than on a GPU, and a reduction needs none of them. `__CUDA_ARCH__` may be read only in
+  an `#if`.
+* Time: each correctness case may take {case_seconds:g} s (more for large ones), and a stage's cases
+  {stage_seconds:g} s together.
 
 **Stage 7 (the maximum of a matrix)** has its own launch, described in its section.
 
@@ -435,6 +443,8 @@ def build() -> NotebookNode:
         _markdown("intro", INTRO),
         _code("setup", SETUP, _nbgrader(SETUP_ID, locked=True)),
         _markdown("contract", CONTRACT.format(block_size=rubric.block_size, points_table=_points_table(),
+                                              case_seconds=GradeOptions.case_seconds,
+                                              stage_seconds=GradeOptions.stage_seconds,
                                               undefined=UNDEFINED[rubric.undefined])),
     ]
     for stage in STAGES:
