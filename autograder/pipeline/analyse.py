@@ -66,7 +66,9 @@ def analyse_on_cpu(run: StudentRun, stage: Stage, source: KernelSource) -> CpuAn
                 return CpuAnalysis(_unsure(seen), None, f"deadlocked in the CPU race analysis on {where}",
                                    Status.TIMEOUT)
             return CpuAnalysis(_unsure(seen), None, None)
-        if _KILLED in str(error):  # by the machine (its memory ran out, say), not by anything the kernel can do
+        # Killed by the machine (its memory ran out, say), not by anything the kernel can do. Only the first line is
+        # the grader's: what the kernel printed follows it, and could say anything.
+        if _first_line(error).endswith(_KILLED):
             return CpuAnalysis(_unsure(seen), None, f"the CPU race analysis stopped: {_first_line(error)}")
         note = f"crashed in the CPU race analysis on {where}: {_first_line(error)}"
         return CpuAnalysis(_unsure(seen), None, note, Status.CRASHED)
@@ -107,7 +109,7 @@ def analyse_stage(
     return result
 
 
-_KILLED = "(SIGKILL)"  # how a worker killed from outside is told (autograder.isolation)
+_KILLED = "killed by signal 9 (SIGKILL)"  # how a worker killed from outside is told (autograder.isolation)
 ENDED_HINT = (
     "a kernel that crashes or never ends on the CPU backend does something CUDA does not define or leaves a thread "
     "waiting for ever (an integer division by zero, an access far out of bounds, a spin-wait on another block), "

@@ -111,6 +111,13 @@ ENDINGS = {
         "crashed in the CPU race analysis on n=65535 ",
         Status.CRASHED,
     ),
+    "prints that the machine killed it, and divides by zero": (
+        # The text printed in the first pass (a launch's output shows at its end), the crash in the second.
+        'if (n == 65535 && i == 0) printf("the worker died during run_case: killed by signal 9 (SIGKILL)\\n"); '
+        "if (n == 256) { volatile unsigned int zero = 0; sdata[tid] += (float)(tid / zero); }",
+        "crashed in the CPU race analysis on n=65535 ",
+        Status.CRASHED,
+    ),
     "divides by zero": (
         "if (n == 65535) { volatile unsigned int zero = 0; sdata[tid] += (float)(tid / zero); }",
         "crashed in the CPU race analysis on n=65535 ",
