@@ -192,7 +192,7 @@ class Plan:
         outputs = [seen[starts[index] : starts[index + 1]] for index in range(len(sizes))]
         self._outputs = [output[:count] for output, count in zip(outputs, written, strict=True)]
         guards = [
-            self._check_guard(output[count:], count, index + 1)
+            guard_finding(output[count:], count, index + 1, stage.kernel_name)
             for index, (output, count) in enumerate(zip(outputs, written, strict=True))
         ]
         return (*(found for found in guards if found is not None), *self._check_input(seen[starts[-1] :]))
@@ -226,19 +226,6 @@ class Plan:
         self.backend.synchronize()
         return float(self.backend.download(self._result_buffer, 1)[0])
 
-    def _check_guard(self, tail: np.ndarray, written: int, pass_number: int) -> Finding | None:
-        touched = np.flatnonzero(~np.isnan(tail))
-        if touched.size == 0:
-            return None
-        return Finding(
-            kind="output_guard",
-            message=(
-                f"pass {pass_number} wrote g_out[{written + int(touched[0])}], past the {written} values "
-                f"it should write (one per block for a sum, ceil(w/2) x ceil(h/2) for max2d)"
-            ),
-            kernel=self.kernel.stage.kernel_name,
-        )
-
     def _check_input(self, now: np.ndarray) -> list[Finding]:
         """The first pass's input, guard tail included, as the last pass left it, against what was loaded: only
         the student's own input must stay unchanged (later passes read the grader's scratch buffers)."""
@@ -265,6 +252,21 @@ class Plan:
     def release(self) -> None:
         for buffer in (self.input, *self.scratch) if self.owns_input else self.scratch:
             self.backend.free(buffer)
+
+
+def guard_finding(tail: np.ndarray, written: int, pass_number: int, kernel_name: str) -> Finding | None:
+    """What a pass that wrote `written` values did past them, where its output's guard `tail` is not all NaN."""
+    touched = np.flatnonzero(~np.isnan(tail))
+    if touched.size == 0:
+        return None
+    return Finding(
+        kind="output_guard",
+        message=(
+            f"pass {pass_number} wrote g_out[{written + int(touched[0])}], past the {written} values it should write "
+            "(one per block for a sum, ceil(w/2) x ceil(h/2) for max2d)"
+        ),
+        kernel=kernel_name,
+    )
 
 
 def expect(stage: Stage, values: np.ndarray, size: tuple[int, ...], block_size: int) -> Expected:
@@ -295,11 +297,16 @@ class BlockSums:
             return None
         block = int(wrong[0])
         first, last = block * self.per_block, min(self.count, (block + 1) * self.per_block) - 1
-        return (
-            f"g_out[{block}] = {float(output[block]):.9g}, but block {block}'s slice, g_in[{first}] to "
-            f"g_in[{last}], sums to {self.sums[block]:.9g} ({wrong.size} of {output.size} blocks wrong): block b "
-            "writes the sum of its own slice to g_out[b], and nothing else, even where the final sum comes out right"
-        )
+        return slice_message(block, output[block], self.sums[block], first, last, wrong.size, output.size)
+
+
+def slice_message(block: int, got: float, expected: float, first: int, last: int, wrong: int, total: int) -> str:
+    """What is wrong where block `block` wrote `got` for its slice g_in[first..last], which sums to `expected`."""
+    return (
+        f"g_out[{block}] = {float(got):.9g}, but block {block}'s slice, g_in[{first}] to g_in[{last}], sums to "
+        f"{float(expected):.9g} ({wrong} of {total} blocks wrong): block b writes the sum of its own slice to "
+        "g_out[b], and nothing else, even where the final sum comes out right"
+    )
 
 
 def _slice_sums(values: np.ndarray, per_block: int) -> np.ndarray:
@@ -332,19 +339,25 @@ class QuadrantMaxima:
         if wrong.size == 0 or np.array_equal(got, self._neighbour_maxima()):
             return None
         y, x = (int(index) for index in wrong[0])
-        width, height = self.size
-        return (
-            f"out({x}, {y}) = {float(got[y, x]):.9g}, but the max of in({x}, {y}), in({x + half_w}, {y}), "
-            f"in({x}, {y + half_h}) and in({x + half_w}, {y + half_h}) (those inside the {width} x {height} matrix) "
-            f"is {float(self.maxima[y, x]):.9g} ({len(wrong)} of {got.size} wrong): each step writes the quadrant "
-            "maxima, even where the final max comes out right"
-        )
+        return quadrant_message(x, y, got[y, x], self.maxima[y, x], half_w, half_h, self.size, len(wrong), got.size)
 
     def _neighbour_maxima(self) -> np.ndarray:
         """The baseline's step, the max of each 2 x 2 block of neighbours: the same reduction without the quadrant
         loads, accepted as a step (the stage's technique check, not its correctness, tells it apart)."""
         half_h, half_w = self.maxima.shape
         return _padded(self.values, self.size).reshape(half_h, 2, half_w, 2).max(axis=(1, 3))
+
+
+def quadrant_message(
+    x: int, y: int, got: float, expected: float, half_w: int, half_h: int, size: tuple[int, ...], wrong: int, total: int
+) -> str:
+    """What is wrong where a step wrote `got` at (x, y), whose quadrants' max is `expected`."""
+    width, height = size
+    return (
+        f"out({x}, {y}) = {float(got):.9g}, but the max of in({x}, {y}), in({x + half_w}, {y}), in({x}, {y + half_h}) "
+        f"and in({x + half_w}, {y + half_h}) (those inside the {width} x {height} matrix) is {float(expected):.9g} "
+        f"({wrong} of {total} wrong): each step writes the quadrant maxima, even where the final max comes out right"
+    )
 
 
 def _padded(values: np.ndarray, size: tuple[int, ...]) -> np.ndarray:

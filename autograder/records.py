@@ -157,6 +157,7 @@ class KernelMetrics:
     global_load_words: int = 0  # the distinct 4-byte words they read
     busiest_thread_shared: int = 0  # the shared-memory accesses of each measured block's busiest thread, summed
     shared_atomics: int = 0  # atomic operations on shared memory
+    at_scale: KernelMetrics | None = None  # the same, of its launches at the timing size (autograder.at_scale)
 
     @property
     def transactions_per_request(self) -> float:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autograder import at_scale
+from autograder.at_scale import AT_SCALE_HINT, AT_TIMING_SIZE
 from autograder.backends.base import Backend, Kernel
 from autograder.launch import WRONG_PASS, Expected, Plan, expect, sum_tolerance
 from autograder.records import Build, CaseResult, Finding, KernelMetrics, KernelSource
@@ -40,6 +42,7 @@ class Case:
     input_kind: str
     seed: int
     seeded: bool = False  # a size drawn from the run's seed
+    sampled: bool = False  # the timing size, on sampled blocks only (autograder.at_scale)
 
     @property
     def count(self) -> int:
@@ -48,7 +51,7 @@ class Case:
     @property
     def label(self) -> str:
         shape = f"n={self.size[0]}" if len(self.size) == 1 else f"{self.size[0]}x{self.size[1]}"
-        return f"{shape} {self.input_kind}"
+        return f"{shape} {AT_TIMING_SIZE}, sampled blocks" if self.sampled else f"{shape} {self.input_kind}"
 
 
 def correctness_cases(stage: Stage, seed: int, quick: bool = False, block_size: int = 256) -> list[Case]:
@@ -67,6 +70,15 @@ def correctness_cases(stage: Stage, seed: int, quick: bool = False, block_size: 
         for index, (size, seeded, kind) in enumerate((size, seeded, kind) for size, seeded in sizes for kind in kinds)
     ]
     return sorted((case for case in cases if not quick or case.count <= QUICK_LIMIT), key=lambda case: case.count)
+
+
+def timing_case(stage: Stage, seed: int, timing_size: tuple[int, ...] | None) -> list[Case]:
+    """The timing size on sampled blocks (autograder.at_scale), on the CPU backend, which runs a kernel's blocks
+    one at a time: a stage's last case, once every other was right (only such a stage is timed), where the stage is
+    held to the launch contract's passes (every stage but the open one)."""
+    if timing_size is None or stage.optional:
+        return []
+    return [Case(timing_size, "random", seed=_hashed(f"timing size:{seed}") % 2**63, sampled=True)]
 
 
 def _hashed(text: str) -> int:
@@ -230,6 +242,8 @@ def reference(stage: Stage, data: np.ndarray, block_size: int) -> tuple[float, f
 def case_reference(stage: Stage, case: Case, block_size: int) -> tuple[float, float]:
     """A case's reference: the same for every student of a run (the cases come from the run's seed), so a
     grader process that grades many students draws each input once."""
+    if case.sampled:
+        return at_scale.reference(stage, case.size, block_size, case.seed)
     return reference(stage, make_input(case), block_size)
 
 
@@ -237,10 +251,13 @@ def judge(
     stage: Stage, case: Case, got: float | None, block_size: int, error: str | None = None, wrong: str | None = None
 ) -> CaseResult:
     """A case's verdict from the value the kernel gave, and where its passes broke the contract (`wrong`), which
-    is the case's error where the value itself is right."""
+    is the case's error where the value itself is right. The timing size's sampled blocks are judged by `wrong`
+    alone: their value is only their outputs summed (or their max), and each of them is held to the contract
+    (a max2d step may take 2 x 2 neighbours' maxima, whose max is not the quadrants')."""
     expected, tolerance = case_reference(stage, case, block_size)
-    passed = error is None and got is not None and math.isfinite(got) and abs(got - expected) <= tolerance
-    if passed and wrong is not None:
+    close = got is not None and abs(got - expected) <= tolerance
+    passed = error is None and got is not None and math.isfinite(got) and (wrong is None if case.sampled else close)
+    if wrong is not None and (passed or case.sampled):
         passed, error = False, wrong
     return CaseResult(
         label=case.label,
@@ -270,16 +287,17 @@ def take(key: tuple) -> object | None:
     return _kept.pop(key, None)
 
 
-def compiled(backend: Backend, stage_id: str, kernel: Build | KernelSource) -> Kernel:
-    """Load a Build once per worker process. A KernelSource is compiled here: only trusted code (the
-    reference kernels of a calibration or a benchmark) in a worker that may compile."""
+def compiled(backend: Backend, stage_id: str, kernel: Build | KernelSource, apart: bool = False) -> Kernel:
+    """Load a Build once per worker process; `apart`, a second time, with measurements of its own (the timing
+    size's: autograder.at_scale). A KernelSource is compiled here: only trusted code (the reference kernels of a
+    calibration or a benchmark) in a worker that may compile."""
     if isinstance(kernel, KernelSource):
         key = ("source", stage_id, kernel.text)
         if key not in _loaded:
             _loaded[key] = backend.compile(kernel, get_stage(stage_id))
         return _loaded[key]
     # A build is a function of its source: the same text and cell give the same build.
-    key = ("build", kernel.stage_id, kernel.source.text, repr(kernel.source.location))
+    key = ("apart" if apart else "build", kernel.stage_id, kernel.source.text, repr(kernel.source.location))
     if key not in _loaded:
         _loaded[key] = backend.load(kernel)
     return _loaded[key]
@@ -302,7 +320,12 @@ def run_case(
     backend: Backend, build: Build, case: Case, block_size: int
 ) -> tuple[float, tuple[Finding, ...], str | None]:
     """Run one whole reduction of a case's input: the value it left, what was seen on the way, and where a pass
-    broke the contract (autograder.launch.Plan.wrong_output)."""
+    broke the contract (autograder.launch.Plan.wrong_output). The timing size's case runs its sampled blocks
+    (autograder.at_scale) in a kernel loaded apart, so that they are measured on their own."""
+    if case.sampled:
+        apart = compiled(backend, build.stage_id, build, apart=True)
+        value, wrong, guards = at_scale.run(backend, apart, case.size, block_size, case.seed)
+        return value, guards + backend.findings(), wrong
     kernel = compiled(backend, build.stage_id, build)
     plan = Plan.create(backend, kernel, case.size, block_size)
     try:
@@ -329,8 +352,13 @@ def sanitized_run(backend: Backend, build: Build, case: Case, block_size: int) -
 
 
 def kernel_metrics(backend: Backend, build: Build) -> KernelMetrics | None:
-    """Bank conflicts and divergence of the kernel's launches so far in this worker, where measured."""
-    return backend.metrics(compiled(backend, build.stage_id, build))
+    """Bank conflicts and divergence of the kernel's launches so far in this worker, where measured, with those of
+    its launches at the timing size apart (autograder.at_scale), where they ran."""
+    metrics = backend.metrics(compiled(backend, build.stage_id, build))
+    apart = _loaded.get(("apart", build.stage_id, build.source.text, repr(build.source.location)))
+    if metrics is None or apart is None:
+        return metrics
+    return replace(metrics, at_scale=backend.metrics(apart))
 
 
 # --- hints ---------------------------------------------------------------------------------------------
@@ -352,6 +380,8 @@ def hint(
     advice = undefined_hint(findings, kinds=RACE_KINDS + ("barrier_divergence",))
     if advice:
         return advice
+    if all(AT_TIMING_SIZE in case.label for case in failed):
+        return AT_SCALE_HINT
     if all(case.error and WRONG_PASS in case.error for case in failed):
         if stage.shape is Shape.MAX_2D:
             return (

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 from expectations import EXAMPLES
 
+from autograder.at_scale import blocks_run
 from autograder.calibration import cub_bandwidth, load_calibration, measure
 from autograder.cli import cli
 from autograder.grade import GradeOptions, grade_stages
@@ -18,7 +19,8 @@ from autograder.records import KernelSource, PerfVerdict, Status
 from autograder.references import reference_source
 from autograder.rubric import load_rubric
 from autograder.sandbox import Sandbox
-from autograder.stages import get_stage
+from autograder.stages import Shape, get_stage
+from autograder.verify import timing_case
 
 pytestmark = pytest.mark.gpu
 
@@ -63,16 +65,21 @@ def test_check_gives_the_complete_hand_in_full_marks() -> None:
 
 def test_a_stage_wrong_only_when_timed_loses_alone_and_the_others_are_still_timed() -> None:
     # One timing group holds all of a student's 1-D stages. first_add is right on every correctness size (at
-    # most about 2^22) and wrong on the 2^26-value timing input: it alone becomes incorrect, the group is timed
-    # again without it, and unrolled_warp's speedup is then taken over the reference first_add.
+    # most about 2^22) and wrong on the 2^26-value timing input, in one block that the timing size's sampled
+    # blocks (autograder.at_scale) leave out: it alone becomes incorrect, the group is timed again without it,
+    # and unrolled_warp's speedup is then taken over the reference first_add.
+    options = GradeOptions(backend="gpu", seed=20261127)
     stages = ("naive", "anti_divergence", "sequential", "first_add", "unrolled_warp")
     sources = {stage: reference_source(stage) for stage in stages}
+    (case,) = timing_case(get_stage("first_add"), options.seed, options.rubric.timing.size_of(Shape.SUM_1D))
+    blocks = case.size[0] // (2 * options.rubric.block_size)
+    unsampled = min(set(range(blocks // 2, blocks)) - set(blocks_run(blocks, case.seed, 0).tolist()))
     text = sources["first_add"].text
     store = "        g_out[blockIdx.x] = sdata[0];"
     assert store in text
     sources["first_add"] = replace(sources["first_add"], text=text.replace(store, store.replace(
-        "= sdata[0]", "= n > (1u << 24) ? 0.0f : sdata[0]")))
-    results = {r.stage: r for r in grade_stages(sources, only=stages, options=GradeOptions(backend="gpu"))}
+        "= sdata[0]", f"= n > (1u << 24) && blockIdx.x == {unsampled} ? 0.0f : sdata[0]")))
+    results = {r.stage: r for r in grade_stages(sources, only=stages, options=options)}
     assert results["first_add"].status is Status.INCORRECT
     assert results["first_add"].message.startswith("your first_add: a warm-up call"), results["first_add"].message
     for stage in ("naive", "anti_divergence", "sequential", "unrolled_warp"):

@@ -133,6 +133,17 @@ class Backend(ABC):
         """Run `work` between a pair of timing events, wait for it, and return the milliseconds between them."""
         return self.elapsed_each([(_nothing, work)])[0]
 
+    def run_only(self, blocks: Sequence[int]) -> None:
+        """Run only these blocks (linear numbers) of the launches that follow, each checked and measured; none:
+        every block again. Only a backend that runs blocks one at a time can (the CPU backend: autograder.at_scale)."""
+        raise GraderError(f"the {self.name} backend runs every block of a launch")
+
+    def expose(self, buffer: Buffer, ranges: Sequence[tuple[int, int]]) -> None:
+        """Leave only these ranges of `buffer`'s values (from, to; rounded out to whole pages) readable and
+        writable until it is freed: any other access before its guard tail faults. Only a backend whose buffers
+        are the worker's own memory can (the CPU backend: autograder.at_scale)."""
+        raise GraderError(f"the {self.name} backend cannot protect part of a buffer")
+
     def findings(self) -> tuple[Finding, ...]:
         """Defects seen by the launches since the last call, deduplicated; the list is then cleared.
 

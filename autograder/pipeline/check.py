@@ -6,12 +6,14 @@ the student's pipeline, which makes it the stage's verdict (autograder.pipeline.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autograder.errors import KernelFault, KernelTimeout
 from autograder.pipeline.run import StudentRun
 from autograder.pipeline.work import collect, distinct
 from autograder.records import Build, CaseResult, Finding, StageResult, Status
 from autograder.stages import Stage
-from autograder.verify import correctness_cases, hint, judge, kernel_metrics, run_case
+from autograder.verify import Case, correctness_cases, hint, judge, kernel_metrics, run_case, timing_case
 
 METRICS_SECONDS = 120.0
 TOO_SLOW = (
@@ -24,31 +26,14 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
     options, block_size = run.options, run.rubric.block_size
     cases: list[CaseResult] = []
     findings: dict[tuple, Finding] = {}
-    status = Status.CORRECT
-    todo = correctness_cases(stage, options.seed, quick=options.quick, block_size=block_size)
-    limits = [options.case_seconds + options.per_element_seconds * case.count for case in todo]
     run.worker.start()  # a worker starts outside the GPU's gate, so a timing never waits for its start
     with run.gate(exclusive=False):
-        # All the cases in one message to the worker, each answered (and timed out) on its own.
-        replies = run.worker.call_each(
-            run_case, [(build, case, block_size) for case in todo], limits, budget=options.stage_seconds
-        )
-        for case in todo:
-            try:
-                value, seen, wrong = next(replies)
-            except KernelTimeout as error:
-                cases.append(judge(stage, case, None, block_size, error=str(error)))
-                status = Status.TIMEOUT
-                break
-            except KernelFault as error:
-                cases.append(judge(stage, case, None, block_size, error=str(error)))
-                collect(findings, error.findings)
-                # A deadlock the CPU backend sees at once is a kernel that never ends: a GPU waits at its limit.
-                status = Status.TIMEOUT if error.deadlocked else Status.CRASHED
-                break
-            changed = next((f.message for f in seen if f.kind == "input_changed"), None)
-            cases.append(judge(stage, case, value, block_size, error=changed, wrong=wrong))
-            collect(findings, seen)
+        todo = correctness_cases(stage, options.seed, quick=options.quick, block_size=block_size)
+        status = _run_cases(run, stage, build, todo, cases, findings)
+        if status is Status.CORRECT and all(case.passed for case in cases) and not run.on_gpu:
+            # The kernel the GPU times, at its size (a GPU run's CPU analysis runs it: pipeline.analyse).
+            at_scale = timing_case(stage, options.seed, run.rubric.timing.size_of(stage.shape))
+            status = _run_cases(run, stage, build, at_scale, cases, findings)
     if status is Status.CORRECT and not all(case.passed for case in cases):
         status = Status.INCORRECT
     metrics = None
@@ -69,6 +54,45 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
         findings=joined,
         metrics=metrics,
     )
+
+
+def _run_cases(
+    run: StudentRun, stage: Stage, build: Build, todo: list[Case], cases: list[CaseResult], findings: dict
+) -> Status:
+    """Run `todo` in the student's worker, each judged into `cases` and its findings into `findings`: all in one
+    message to the worker, each answered (and timed out) on its own. Ends at a hang or a crash, which is the
+    status; else CORRECT, whatever the cases' values."""
+    options, block_size = run.options, run.rubric.block_size
+    limits = [options.case_seconds + options.per_element_seconds * case.count * (not case.sampled) for case in todo]
+    replies = run.worker.call_each(
+        run_case, [(build, case, block_size) for case in todo], limits, budget=options.stage_seconds
+    )
+    for case in todo:
+        try:
+            value, seen, wrong = next(replies)
+        except KernelTimeout as error:
+            cases.append(judge(stage, case, None, block_size, error=str(error)))
+            return Status.TIMEOUT
+        except KernelFault as error:
+            cases.append(judge(stage, case, None, block_size, error=str(error)))
+            collect(findings, error.findings)
+            # A deadlock the CPU backend sees at once is a kernel that never ends: a GPU waits at its limit.
+            return Status.TIMEOUT if error.deadlocked else Status.CRASHED
+        changed = next((f.message for f in seen if f.kind == "input_changed"), None)
+        cases.append(judge(stage, case, value, block_size, error=changed, wrong=wrong))
+        collect(findings, seen)
+    return Status.CORRECT
+
+
+def with_case(stage: Stage, result: StageResult, case: CaseResult, block_size: int) -> StageResult:
+    """`result` with one more case, run elsewhere (the timing size's, in a GPU run's CPU analysis), as though
+    its own cases had ended with it."""
+    if result.status not in (Status.CORRECT, Status.INCORRECT):
+        return result
+    cases = (*result.cases, case)
+    status = Status.CORRECT if all(c.passed for c in cases) else Status.INCORRECT
+    advice = _advice(stage, status, cases, block_size, result.findings)
+    return replace(result, status=status, message=_message(status, cases), hint=advice, cases=cases)
 
 
 def _advice(

@@ -100,7 +100,7 @@ def test_a_read_out_of_bounds_is_trusted_as_all_only_where_every_write_could_be_
 # and not on a GPU). A kernel that ends the analysis so gets the CPU backend's verdict, not the GPU's: else it
 # could keep its races and its technique from being checked at will.
 ENDINGS = {
-    "finishes": ("", None, Status.CORRECT),
+    "finishes": ("", None, Status.INCORRECT),
     "never ends": (
         "if (n == 65535) { volatile int spin = 1; while (spin) {} }",
         "hung in the CPU race analysis on n=65535 ",
@@ -133,15 +133,16 @@ def test_an_analysis_that_did_not_finish_vouches_for_no_read_and_is_the_stage_s_
     stage = get_stage("sequential")
     with _student_run(options, None, share=False) as run:
         source = KernelSource(STRAY_READ.replace("EXTRA", code))
-        correct = StageResult(stage.id, Status.CORRECT, "correct")
-        result = analyse_stage(run, stage, source, correct, analyse_on_cpu(run, stage, source))
+        # What a GPU makes of a kernel that reads past its input: wrong where a partial block reads the NaN there.
+        wrong = StageResult(stage.id, Status.INCORRECT, "wrong")
+        result = analyse_stage(run, stage, source, wrong, analyse_on_cpu(run, stage, source))
     strays = [finding for finding in result.findings if finding.kind == "out_of_bounds"]
     assert strays and all(finding.reads_only == (note is None) for finding in strays)
     assert result.status is status
     if note is None:
-        assert result.message == "correct" and result.hint is None
+        assert result.message == "wrong" and result.hint is None
     else:
-        assert result.message.startswith(note) and result.message.endswith("(on the GPU: correct)")
+        assert result.message.startswith(note) and result.message.endswith("(on the GPU: wrong)")
         assert "an integer division by zero" in result.hint
 
 

@@ -2,7 +2,7 @@
 // __syncwarp() after each step; but in each step a lane reads a word that another lane writes in the same
 // step (v[tid] += v[tid + 16]: lane 0 reads word 16 while lane 16 writes it). Global memory or shared, the
 // lanes of a warp are not in lockstep since Volta.
-#define MAX_BLOCKS 65536
+#define MAX_BLOCKS 131072  // the blocks of the timing size's first pass (2^26 / 512)
 
 __device__ float warp_buffer[64 * MAX_BLOCKS];
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import mmap
 import os
 import re
 import shutil
@@ -147,6 +148,16 @@ def _bind_kernel(library: ctypes.CDLL, stage: Stage, binary: bytes) -> None:
     raise CompileError(stage.missing_kernel_message(defined_symbols(binary)), (), "")
 
 
+_PROT_NONE = 0  # mmap has PROT_READ and PROT_WRITE, not this
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+def _protect(address: int, length: int, protection: int) -> None:
+    if length > 0 and _LIBC.mprotect(address, length, protection) != 0:
+        raise OSError(ctypes.get_errno(), f"mprotect: {os.strerror(ctypes.get_errno())}")
+
+
 class CpuBackend(Backend):
     """Runs CUDA C kernels on the CPU, one block after another, with race, bounds and deadlock checks.
 
@@ -207,6 +218,7 @@ class CpuBackend(Backend):
         rt.ag_alloc.restype = ctypes.c_void_p
         rt.ag_alloc.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
         rt.ag_free.argtypes = [ctypes.c_void_p]
+        rt.ag_run_only.argtypes = [ctypes.POINTER(ctypes.c_longlong), ctypes.c_longlong]
         rt.ag_launch.argtypes = [ctypes.POINTER(_Launch)]
         rt.ag_watch_variables.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         rt.ag_finding.restype = ctypes.POINTER(_Finding)
@@ -332,6 +344,19 @@ class CpuBackend(Backend):
             for finding in deadlocks:
                 self._findings.pop((finding.kind, finding.line, finding.kernel), None)
             raise KernelFault(f"{compiled.name} deadlocked: {deadlocks[0].message if deadlocks else ''}", deadlocks)
+
+    def expose(self, buffer: Buffer, ranges: Sequence[tuple[int, int]]) -> None:
+        page = mmap.PAGESIZE
+        guarded = buffer.count * 4 // page * page  # the page that holds the guard tail's start stays as it is
+        _protect(buffer.handle, guarded, _PROT_NONE)
+        for first, last in ranges:
+            start = first * 4 // page * page
+            _protect(buffer.handle + start, min(guarded, -(-last * 4 // page) * page) - start,
+                     mmap.PROT_READ | mmap.PROT_WRITE)
+
+    def run_only(self, blocks: Sequence[int]) -> None:
+        chosen = (ctypes.c_longlong * len(blocks))(*(int(b) for b in blocks))
+        self._runtime.ag_run_only(chosen, len(blocks))
 
     def synchronize(self) -> None:
         """Launches run synchronously; there is nothing to wait for."""

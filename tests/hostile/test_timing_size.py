@@ -1,0 +1,249 @@
+"""Kernels that choose other code at the timing size, where the GPU times them and no correctness case runs: each
+is caught on the timing size's sampled blocks (autograder.at_scale), by the CPU backend and, for a GPU run, by its
+CPU analysis. Each kernel has a switch (CHEAT) for the code it keeps to the timing size; with a switch that is
+never on, the same kernel is correct and its technique present, so that what a test sees is the switch's doing."""
+
+from __future__ import annotations
+
+import mmap
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from autograder.at_scale import AT_SCALE_HINT, AT_TIMING_SIZE, DRAWN, EDGE, blocks_run, readable
+from autograder.grade import GradeOptions, _student_run, grade_stages
+from autograder.isolation import Worker
+from autograder.pipeline.analyse import analyse_on_cpu, analyse_stage
+from autograder.records import KernelSource, StageResult, Status
+from autograder.stages import get_stage
+from autograder.technique import AT_SCALE_HOW
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU backend needs g++")
+
+OPTIONS = GradeOptions(backend="cpu", seed=20261127, case_seconds=10.0, per_element_seconds=1e-6, measure_speed=False)
+NEVER = "n == 0xffffffffu"
+SWITCHES = {
+    "by n": "n >= (1u << 25)",
+    "by the grid's size": "gridDim.x > 100000",
+    # Only between the first and last 64 blocks (a launch's sampled blocks hold 16 at each end): the drawn ones
+    # find it.
+    "in the middle blocks": "n >= (1u << 25) && blockIdx.x >= 64 && blockIdx.x < gridDim.x - 64",
+}
+
+# Four times a thread's loads, so a quarter of the blocks do all the work (the rest write 0): the final sum is
+# right, and the GPU would time a kernel with fewer, larger blocks.
+MORE_PER_THREAD = r"""
+__global__ void reduce_first_add(const float *g_in, float *g_out, unsigned int n) {
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int per = (CHEAT) ? 8 : 2;
+    unsigned int start = blockIdx.x * blockDim.x * per + tid;
+    float sum = 0.0f;
+    for (unsigned int k = 0; k < per; ++k) {
+        unsigned int i = start + k * blockDim.x;
+        if (i < n) sum += g_in[i];
+    }
+    sdata[tid] = sum;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+}
+"""
+
+# Looks outside its own slice, far away, to tell the sampled run (whose unsampled input could be left empty) from a
+# timed call, and shares the work out otherwise where it thinks it is timed.
+DETECTOR = MORE_PER_THREAD.replace(
+    "unsigned int per = (CHEAT) ? 8 : 2;",
+    "unsigned int per = (n >= (1u << 25) && g_in[(blockIdx.x * 7919u + n / 2) % n] != 0.0f) ? 8 : 2;",
+)
+
+# Shared-memory atomics instead of the tree the stage teaches.
+ATOMICS = r"""
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    float v = (i < n) ? g_in[i] : 0.0f;
+    if (CHEAT) {
+        if (tid == 0) sdata[0] = 0.0f;
+        __syncthreads();
+        atomicAdd(&sdata[0], v);
+        __syncthreads();
+    } else {
+        sdata[tid] = v;
+        __syncthreads();
+        for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (tid < s) sdata[tid] += sdata[tid + s];
+            __syncthreads();
+        }
+    }
+    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+}
+"""
+
+# The tree without its barriers.
+RACE = r"""
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    sdata[tid] = (i < n) ? g_in[i] : 0.0f;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        if (!(CHEAT)) __syncthreads();
+    }
+    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+}
+"""
+
+CRASH = RACE.replace("if (!(CHEAT)) __syncthreads();", "__syncthreads();").replace(
+    "    if (tid == 0) g_out", "    if (CHEAT) { volatile unsigned int zero = 0; sdata[tid] += (float)(tid / zero); }\n"
+    "    if (tid == 0) g_out"
+)
+
+# Two quadrants' loads instead of four.
+TWO_QUADRANTS = r"""
+__global__ void max2d(const float *g_in, float *g_out, unsigned int width, unsigned int height) {
+    unsigned int half_w = (width + 1) / 2, half_h = (height + 1) / 2;
+    unsigned int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= half_w || y >= half_h) return;
+    bool right = x + half_w < width, below = y + half_h < height;
+    size_t row = (size_t)y * width, row_below = (size_t)(y + half_h) * width;
+    float m = g_in[row + x];
+    if (right) m = fmaxf(m, g_in[row + x + half_w]);
+    if (!((size_t)width * height >= (1u << 25))) {
+        if (below) m = fmaxf(m, g_in[row_below + x]);
+        if (right && below) m = fmaxf(m, g_in[row_below + x + half_w]);
+    }
+    g_out[(size_t)y * half_w + x] = m;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def worker():
+    with Worker("cpu") as worker:
+        yield worker
+
+
+def graded(worker: Worker, stage: str, text: str) -> StageResult:
+    options = replace(OPTIONS, backend=worker.backend_name)
+    (result,) = grade_stages({stage: KernelSource(text)}, only=[stage], options=options, worker=worker)
+    return result
+
+
+def analysed(stage_id: str, text: str) -> StageResult:
+    """As a GPU run grades it, where the GPU found every case right: with its CPU analysis."""
+    stage = get_stage(stage_id)
+    with _student_run(OPTIONS, None, share=False) as run:
+        source = KernelSource(text)
+        correct = StageResult(stage.id, Status.CORRECT, "correct: all 24 cases right")
+        return analyse_stage(run, stage, source, correct, analyse_on_cpu(run, stage, source))
+
+
+def at_scale(result: StageResult):
+    (case,) = [case for case in result.cases if AT_TIMING_SIZE in case.label]
+    return case
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_a_kernel_that_shares_the_work_out_otherwise_at_the_timing_size_is_wrong_there(worker, switch) -> None:
+    honest = graded(worker, "first_add", MORE_PER_THREAD.replace("CHEAT", NEVER))
+    assert honest.status is Status.CORRECT and at_scale(honest).passed, honest.message
+    # A block that reads its neighbours' slices crashes where their pages are not those of a sampled block.
+    for result in (graded(worker, "first_add", MORE_PER_THREAD.replace("CHEAT", SWITCHES[switch])),
+                   analysed("first_add", MORE_PER_THREAD.replace("CHEAT", SWITCHES[switch]))):
+        assert result.status in (Status.INCORRECT, Status.CRASHED), result.message
+        assert AT_TIMING_SIZE in result.message and result.hint == AT_SCALE_HINT
+        if result.status is Status.INCORRECT:
+            case = at_scale(result)
+            assert case.error.startswith(f"{AT_TIMING_SIZE}, pass 1 of the reduction: g_out[")
+            assert [c for c in result.cases if not c.passed] == [case]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_timing_size_s_sampled_blocks_give_the_cpu_backend_s_verdicts() -> None:
+    with Worker("gpu") as worker:
+        honest = graded(worker, "first_add", MORE_PER_THREAD.replace("CHEAT", NEVER))
+        cheat = graded(worker, "first_add", MORE_PER_THREAD.replace("CHEAT", SWITCHES["by the grid's size"]))
+        atomics = graded(worker, "sequential", ATOMICS.replace("CHEAT", SWITCHES["in the middle blocks"]))
+    assert honest.status is Status.CORRECT and at_scale(honest).passed, honest.message
+    assert cheat.status in (Status.INCORRECT, Status.CRASHED) and AT_TIMING_SIZE in cheat.message, cheat.message
+    assert atomics.status is Status.CORRECT, atomics.message
+    assert [check.how for check in atomics.technique if check.passed is False] == [AT_SCALE_HOW]
+
+
+def test_a_kernel_that_looks_outside_its_slice_to_tell_the_sampled_run_from_a_timed_call_fails(worker) -> None:
+    # Only the pages the sampled blocks read can be read: the probe faults (or, where it lands on one of them,
+    # finds a value there and the kernel shares its work out).
+    for result in (graded(worker, "first_add", DETECTOR), analysed("first_add", DETECTOR)):
+        assert result.status in (Status.CRASHED, Status.INCORRECT), result.message
+        assert AT_TIMING_SIZE in result.message and result.hint == AT_SCALE_HINT
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_a_technique_kept_to_the_timing_size_is_measured_there(worker, switch) -> None:
+    honest = graded(worker, "sequential", ATOMICS.replace("CHEAT", NEVER))
+    assert honest.status is Status.CORRECT and all(check.passed is not False for check in honest.technique)
+    for result in (graded(worker, "sequential", ATOMICS.replace("CHEAT", SWITCHES[switch])),
+                   analysed("sequential", ATOMICS.replace("CHEAT", SWITCHES[switch]))):
+        assert result.status is Status.CORRECT and at_scale(result).passed, result.message
+        failed = [check for check in result.technique if check.passed is False]
+        assert [check.name for check in failed] == ["shared atomics"], result.technique
+        assert failed[0].how == AT_SCALE_HOW
+
+
+def test_a_race_kept_to_the_timing_size_is_found_there(worker) -> None:
+    code = RACE.replace("CHEAT", SWITCHES["by n"])
+    for result in (graded(worker, "sequential", code), analysed("sequential", code)):
+        races = [finding for finding in result.findings if finding.kind == "race_syncthreads"]
+        assert races and all(finding.line for finding in races), result.findings
+        assert result.status is not Status.CORRECT or result.points.total < result.points.max_points
+
+
+def test_a_crash_kept_to_the_timing_size_is_the_stage_s_verdict(worker) -> None:
+    code = CRASH.replace("CHEAT", SWITCHES["by the grid's size"])
+    result = graded(worker, "sequential", code)
+    assert result.status is Status.CRASHED and AT_TIMING_SIZE in result.message, result.message
+    result = analysed("sequential", code)
+    assert result.status is Status.CRASHED, result.message
+    assert result.message.startswith(f"crashed in the CPU race analysis on n=67108864 {AT_TIMING_SIZE}")
+
+
+def test_a_max2d_step_that_loads_less_at_the_timing_size_is_wrong_there(worker) -> None:
+    for result in (graded(worker, "max2d", TWO_QUADRANTS), analysed("max2d", TWO_QUADRANTS)):
+        assert result.status is Status.INCORRECT, result.message
+        assert at_scale(result).error.startswith(f"{AT_TIMING_SIZE}, pass 1 of the reduction: out(")
+
+
+def test_the_timing_size_counts_only_for_a_stage_the_gpu_found_correct() -> None:
+    # As the CPU backend, which runs it only once every other case was right: a wrong stage stays wrong, with its
+    # own cases and findings, whatever it does at the timing size.
+    stage = get_stage("sequential")
+    code = CRASH.replace("CHEAT", SWITCHES["by n"])
+    with _student_run(OPTIONS, None, share=False) as run:
+        source = KernelSource(code)
+        wrong = StageResult(stage.id, Status.INCORRECT, "wrong on 1 of 24 cases", hint="a hint")
+        result = analyse_stage(run, stage, source, wrong, analyse_on_cpu(run, stage, source))
+    assert result.status is Status.INCORRECT and result.cases == () and result.message == "wrong on 1 of 24 cases"
+
+
+def test_the_sampled_blocks_hold_both_ends_and_a_draw_from_the_seed_between() -> None:
+    count = 1 << 18
+    first, second = blocks_run(count, 1, 0), blocks_run(count, 2, 0)
+    for blocks in (first, second):
+        assert blocks.size == 2 * EDGE + DRAWN and np.all(np.diff(blocks) > 0)
+        assert set(range(EDGE)) | set(range(count - EDGE, count)) <= set(blocks.tolist())
+    assert not np.array_equal(first, second)
+    assert np.array_equal(blocks_run(2 * EDGE + DRAWN, 1, 0), np.arange(2 * EDGE + DRAWN))
+
+
+def test_the_readable_pages_are_those_of_the_values_read_merged_and_cut_at_the_end() -> None:
+    per_page = mmap.PAGESIZE // 4
+    reads = np.array([5, 6, per_page + 1, 3 * per_page, 10 * per_page - 1, 10 * per_page])
+    assert readable(reads, 10 * per_page + 7) == [(0, 2 * per_page), (3 * per_page, 4 * per_page),
+                                                  (9 * per_page, 10 * per_page + 7)]
