@@ -5,11 +5,25 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from autograder.at_scale import blocks_run, grid_size
+from autograder.grade import GradeOptions
 from autograder.records import StageResult
+from autograder.stages import get_stage
+from autograder.verify import timing_case
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "submissions"
 KNOWN = ROOT / "tests" / "known"
+
+
+def unsampled_blocks(options: GradeOptions, stage_id: str) -> tuple[int, int]:
+    """The widest run of blocks (first, last) of the timing size's first pass that the sampled blocks of a run with
+    these options leave out (autograder.at_scale): a kernel wrong only there is wrong only in a timed call."""
+    stage = get_stage(stage_id)
+    (case,) = timing_case(stage, options.seed, options.rubric.timing.size_of(stage.shape))
+    sampled = blocks_run(grid_size(stage, case.size, options.rubric.block_size), case.seed, 0)
+    low, high = max(zip(sampled[:-1], sampled[1:], strict=True), key=lambda pair: pair[1] - pair[0])
+    return int(low) + 1, int(high) - 1
 
 
 def expected_class() -> dict:
