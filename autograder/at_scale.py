@@ -21,12 +21,13 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from autograder.backends.base import Backend, Kernel
+from autograder.backends.base import Backend, Buffer, Kernel
 from autograder.launch import (
     WRONG_PASS,
     guard_finding,
     guard_length,
     guard_value,
+    input_changed,
     launch_geometry,
     output_count,
     pass_sizes,
@@ -161,6 +162,7 @@ def reference(stage: Stage, size: tuple[int, ...], block_size: int, seed: int) -
 
 # --- run in the worker process -------------------------------------------------------------------------
 
+
 def readable(reads: np.ndarray, count: int) -> list[tuple[int, int]]:
     """The ranges of whole pages of an input of `count` values that hold the indices `reads`, merged, in order."""
     per_page = mmap.PAGESIZE // 4
@@ -173,13 +175,27 @@ def readable(reads: np.ndarray, count: int) -> list[tuple[int, int]]:
     ]
 
 
+def _readable_part(backend: Backend, buffer: Buffer, ranges: list[tuple[int, int]]) -> np.ndarray:
+    """The values of `buffer` in `ranges`, one after another (the rest of it cannot be read)."""
+    total = sum(last - first for first, last in ranges)
+    evidence = backend.alloc(total)
+    try:
+        at = 0
+        for first, last in ranges:
+            backend.copy(buffer, evidence, last - first, start=first, to=at)
+            at += last - first
+        return backend.download(evidence, total)
+    finally:
+        backend.free(evidence)
+
+
 def run(
     backend: Backend, kernel: Kernel, size: tuple[int, ...], block_size: int, seed: int
 ) -> tuple[float, str | None, tuple[Finding, ...]]:
     """Run every pass at `size` on its sampled blocks only (a CPU backend's `run_only`), each in an input of which
     only the pages they read can be read (`expose`): the first pass's value (as `reference`), where a pass broke
-    the contract, and the writes past an output. An output's guard tail is as
-    long as the grid at least, so that a block that writes g_out[b + gridDim.x] stays in it, as on the cases."""
+    the contract, and the writes past an output. An output's guard tail is as long as the grid at least, so that
+    a block that writes g_out[b + gridDim.x] stays in it, as on the cases."""
     stage = kernel.stage
     value, wrong, guards = math.nan, None, []
     for number, sampled in enumerate(passes(stage, size, block_size, seed)):
@@ -209,11 +225,18 @@ def run(
             finally:
                 backend.run_only(())
             output = backend.download(target)
+            # Only the student's own input must stay as it was (later passes read the grader's scratch), and a timed
+            # call reads it again: a mark left in it would tell the next call it is timed.
+            changed = np.flatnonzero(_readable_part(backend, source, ranges).view(np.uint32) != data.view(np.uint32))
         finally:
             backend.free(source)
             backend.free(target)
         if (found := guard_finding(output[written:], written, number + 1, stage.kernel_name)) is not None:
             guards.append(found)
+        if changed.size and number == 0:
+            where = np.concatenate([np.arange(first, last) for first, last in ranges])[changed]
+            guards.append(input_changed(int(where[0]), changed.size, stage.kernel_name))
+            wrong = wrong or f"{AT_TIMING_SIZE}, pass 1: {guards[-1].message}"
         if number == 0:
             got = output[sampled.outputs].astype(np.float64)
             value = float(got.sum()) if stage.shape is Shape.SUM_1D else float(got.max())

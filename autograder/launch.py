@@ -236,22 +236,23 @@ class Plan:
         changed = np.concatenate([  # compared in place: the input may be 2^22 values, the guard a few
             np.flatnonzero(now[:count] != self.loaded.view(np.uint32)), count + np.flatnonzero(now[count:] != guard)
         ])
-        if changed.size == 0:
-            return []
-        return [
-            Finding(
-                kind="input_changed",
-                message=(
-                    f"the kernel changed its input g_in (first at index {int(changed[0])}, {changed.size} values in "
-                    "all): the input is read-only (const float *); reduce in shared memory or registers"
-                ),
-                kernel=self.kernel.stage.kernel_name,
-            )
-        ]
+        return [input_changed(int(changed[0]), changed.size, self.kernel.stage.kernel_name)] if changed.size else []
 
     def release(self) -> None:
         for buffer in (self.input, *self.scratch) if self.owns_input else self.scratch:
             self.backend.free(buffer)
+
+
+def input_changed(first: int, count: int, kernel_name: str) -> Finding:
+    """That a kernel wrote its read-only input: `count` values, the first at index `first`."""
+    return Finding(
+        kind="input_changed",
+        message=(
+            f"the kernel changed its input g_in (first at index {first}, {count} values in all): the input is "
+            "read-only (const float *); reduce in shared memory or registers"
+        ),
+        kernel=kernel_name,
+    )
 
 
 def guard_finding(tail: np.ndarray, written: int, pass_number: int, kernel_name: str) -> Finding | None:

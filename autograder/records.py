@@ -125,6 +125,7 @@ FINDING_KINDS = (
     "output_guard",  # a write landed just past the end of an output buffer, seen on any backend
     "input_changed",  # the kernel wrote its read-only input g_in, seen on any backend: the case fails
     "barrier_divergence",  # a __syncthreads() that part of the block skips (undefined in CUDA; CPU backend only)
+    "kept_state",  # a __device__ variable read where an earlier launch wrote it (CPU backend only; not the open stage)
 )
 
 

@@ -216,6 +216,19 @@ def test_device_variables_used_without_a_race_give_no_finding(cpu: CpuBackend) -
     assert cpu.findings() == ()
 
 
+def test_a_counter_that_carries_over_from_launch_to_launch_is_kept_state(cpu: CpuBackend) -> None:
+    # Read only by an atomic whose result is dropped, but an atomic may as well return it: a flag read as
+    # atomicAdd(&armed, 0) would tell a timed call from the check before it (README: the timing size). The second
+    # pass reads what the first wrote.
+    text = source("device_variables_used_safely").text.replace(
+        "        unsigned int slot", "        if (blockIdx.x == 0) atomicAdd(&launches, 1u);\n        unsigned int slot"
+    )
+    kernel = cpu.compile(KernelSource(f"__device__ unsigned int launches;\n{text}", LOCATION), get_stage("first_add"))
+    assert reduce(cpu, kernel, np.ones(1000, np.float32), (1000,)) == 1000
+    [finding] = cpu.findings()
+    assert finding.kind == "kept_state" and "launches[0]" in finding.message and finding.line
+
+
 def test_last_block_pattern_with_threadfence_is_not_a_race_and_without_it_is(cpu: CpuBackend) -> None:
     n = 256 * 40
     for name, races in (("last_block", set()), ("bug_last_block_no_fence", {"race_interblock"})):

@@ -113,7 +113,9 @@ The grader launches your kernels itself. Write them for exactly this launch.
 * Grid: just enough blocks to cover `n`, at one element per thread in stages 1-3, two in stages 4-6 and
   sixteen in the open stage. So a block of stage 1 owns elements `blockIdx.x * blockDim.x` to
   `blockIdx.x * blockDim.x + blockDim.x - 1`.
-* Output: block `b` writes the sum of its elements to `g_out[b]`, and nothing else. No atomics are needed.
+* Output: block `b` writes the sum of its elements to `g_out[b]`, and nothing else. No atomics are needed. It
+  reads its own elements and nothing else of the input, and writes none of them. A kernel keeps nothing
+  between launches: a `__device__` variable may hold scratch that a launch writes before it reads it.
 * Passes: the grader launches your kernel again on the partial sums, pass after pass, until one value is left.
 * Any `n` from 1 up: `n` is rarely a multiple of the block size, so the last block must ignore what lies past
   `n-1` (a thread with nothing to load contributes 0, the identity of a sum). The grader puts values that spoil
@@ -135,6 +137,10 @@ The grader launches your kernels itself. Write them for exactly this launch.
   shows; and random floats, compared with a float64 sum within a tolerance that fits float32 arithmetic. Each
   grading run draws new inputs. Every pass is checked, not only the last value: in stages 1-6 each `g_out[b]`
   must be the sum of block `b`'s own elements, and in stage 7 each step's matrix the quadrant maxima.
+* **The size you are timed at** (2^26 values, 8192 x 8192 for stage 7) is checked too, once every other case
+  is right: every pass runs there on some of its blocks (the first, the last and some drawn at random), whose
+  outputs, races and technique are checked as on the other cases; the rest of the input cannot be read there.
+  A kernel that does something else for large inputs fails this case.
 {undefined}
 * **Speed** (on the grading GPU only). Your stage is timed side by side with your previous stage, with the L2
   cache flushed before every call, and the median of many calls counts. It must be faster than your previous

@@ -17,6 +17,7 @@ from autograder.grade import GradeOptions, _student_run, grade_stages
 from autograder.isolation import Worker
 from autograder.pipeline.analyse import analyse_on_cpu, analyse_stage
 from autograder.records import KernelSource, StageResult, Status
+from autograder.references import reference_source
 from autograder.stages import get_stage
 from autograder.technique import AT_SCALE_HOW
 
@@ -61,6 +62,78 @@ DETECTOR = MORE_PER_THREAD.replace(
     "unsigned int per = (CHEAT) ? 8 : 2;",
     "unsigned int per = (n >= (1u << 25) && g_in[(blockIdx.x * 7919u + n / 2) % n] != 0.0f) ? 8 : 2;",
 )
+
+# State kept between launches (found by a red-team helper): the first pass at the timing size notes that it ran, the
+# last pass arms a flag, and the first pass of the next whole reduction (the next timed call) uses atomics. The
+# sampled run loads the kernel afresh and reduces once, so the flag is never armed where a check looks.
+KEPT_FLAG = r"""
+__device__ unsigned int seen_big;
+__device__ unsigned int armed;
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    if (n >= (1u << 25) && blockIdx.x == 0 && tid == 0) seen_big = 1;
+    float v = (i < n) ? g_in[i] : 0.0f;
+    if (armed && n >= (1u << 25)) {
+        if (tid == 0) sdata[0] = 0.0f;
+        __syncthreads();
+        atomicAdd(&sdata[0], v);
+        __syncthreads();
+    } else {
+        sdata[tid] = v;
+        __syncthreads();
+        for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (tid < s) sdata[tid] += sdata[tid + s];
+            __syncthreads();
+        }
+    }
+    if (tid == 0) {
+        g_out[blockIdx.x] = sdata[0];
+        if (gridDim.x == 1 && seen_big) armed = 1;
+    }
+}
+"""
+# The same with function-scope statics, which are __device__ variables too.
+SHARED_ARRAY = "    extern __shared__ float sdata[];\n"
+KEPT_STATIC = KEPT_FLAG.replace("__device__ unsigned int seen_big;\n__device__ unsigned int armed;\n", "").replace(
+    SHARED_ARRAY, f"{SHARED_ARRAY}    static unsigned int seen_big, armed;\n", 1
+)
+# The state in the input instead (red team): at the timing size each block marks the lowest mantissa bits of its first
+# 16 values, a few ulps that no sum notices, and a block that finds the mark (the next timed call, which reads the
+# same input) uses atomics.
+MARKED_INPUT = r"""
+#define SIG 0xA5C3u
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
+    extern __shared__ float sdata[];
+    __shared__ int marked;
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid, base = blockIdx.x * blockDim.x;
+    float v = (i < n) ? g_in[i] : 0.0f;
+    bool big = n >= (1u << 25) && base + 16 <= n;
+    if (tid == 0) {
+        int m = big;
+        for (unsigned int k = 0; big && k < 16; ++k)
+            if ((__float_as_uint(g_in[base + k]) & 1u) != ((SIG >> k) & 1u)) m = 0;
+        marked = m;
+    }
+    __syncthreads();
+    bool cheat = marked;
+    if (big && tid < 16) ((float *)g_in)[i] = __uint_as_float((__float_as_uint(v) & ~1u) | ((SIG >> tid) & 1u));
+    if (cheat) {
+        if (tid == 0) sdata[0] = 0.0f;
+        __syncthreads();
+        atomicAdd(&sdata[0], v);
+        __syncthreads();
+    } else {
+        sdata[tid] = v;
+        __syncthreads();
+        for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (tid < s) sdata[tid] += sdata[tid + s];
+            __syncthreads();
+        }
+    }
+    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+}
+"""
 
 # Shared-memory atomics instead of the tree the stage teaches.
 ATOMICS = r"""
@@ -212,6 +285,33 @@ def test_a_crash_kept_to_the_timing_size_is_the_stage_s_verdict(worker) -> None:
     result = analysed("sequential", code)
     assert result.status is Status.CRASHED, result.message
     assert result.message.startswith(f"crashed in the CPU race analysis on n=67108864 {AT_TIMING_SIZE}")
+
+
+@pytest.mark.parametrize("code", [KEPT_FLAG, KEPT_STATIC], ids=["device variables", "static variables"])
+def test_state_kept_between_launches_for_the_next_timed_call_is_found(worker, code) -> None:
+    assert KEPT_STATIC != KEPT_FLAG and "static unsigned int" in KEPT_STATIC
+    # The GPU run's analysis reports it; the rubric's [undefined_behaviour] makes the stage incorrect on both.
+    for result in (graded(worker, "sequential", code), analysed("sequential", code)):
+        kept = [finding for finding in result.findings if finding.kind == "kept_state"]
+        assert kept and kept[0].line, result.findings
+    assert graded(worker, "sequential", code).status is Status.INCORRECT
+
+
+def test_a_mark_left_in_the_input_for_the_next_timed_call_is_found(worker) -> None:
+    for result in (graded(worker, "sequential", MARKED_INPUT), analysed("sequential", MARKED_INPUT)):
+        assert result.status is Status.INCORRECT, result.message
+        assert "input_changed" in {finding.kind for finding in result.findings}
+        assert at_scale(result).error.startswith(f"{AT_TIMING_SIZE}, pass 1: the kernel changed its input g_in")
+
+
+def test_the_open_stage_may_keep_state_between_launches(worker) -> None:
+    # A launch counter, as a last-block ticket keeps one: the open stage is judged by its final value alone.
+    text = reference_source("open").text
+    opening = text.index("{", text.index("reduce_open")) + 1
+    counted = (f"__device__ unsigned int launches;\n{text[:opening]}\n"
+               "    if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(&launches, 1u);\n" + text[opening:])
+    result = graded(worker, "open", counted)
+    assert result.status is Status.CORRECT and result.findings == (), (result.message, result.findings)
 
 
 def test_a_max2d_step_that_loads_less_at_the_timing_size_is_wrong_there(worker) -> None:

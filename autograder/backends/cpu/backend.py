@@ -42,7 +42,7 @@ from autograder.stages import Stage, get_stage
 
 SCHEDULES = ("run_until_blocked", "lockstep", "reversed", "random")
 # The runtime's finding codes (ag_runtime.cpp's Kind), in order.
-RUNTIME_KINDS = (*FINDING_KINDS[:7], "barrier_divergence")
+RUNTIME_KINDS = (*FINDING_KINDS[:7], "barrier_divergence", "kept_state")
 # Launches with more threads than this check their first and last SAMPLE_BLOCKS blocks, and SAMPLE_BLOCKS more
 # between them drawn from the run's secret seed; the other blocks run the plain build. Every race and bounds error
 # of the reference-style kernels shows in the first and last ones; the drawn ones find what a kernel keeps to the

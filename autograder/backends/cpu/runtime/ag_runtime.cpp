@@ -58,7 +58,7 @@ constexpr std::size_t kMaxFindingsPerLaunch = 256;
 enum Schedule { RUN_UNTIL_BLOCKED, LOCKSTEP, REVERSED, RANDOM };
 // Finding codes: backend.py's RUNTIME_KINDS names them in this order.
 enum Kind { RACE_SYNCTHREADS, RACE_SYNCWARP, RACE_INTERBLOCK, OUT_OF_BOUNDS, UNINITIALISED_READ, DEADLOCK,
-            INACTIVE_LANE, BARRIER_DIVERGENCE };
+            INACTIVE_LANE, BARRIER_DIVERGENCE, KEPT_STATE };
 enum Wait : std::uint8_t { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
 // Warp collective codes, as in ag_prelude.h.
 enum { SYNCWARP, SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, REDUCE_ADD, REDUCE_MIN, REDUCE_MAX,
@@ -526,9 +526,22 @@ void global_access(Buffer &b, char *address, std::size_t size, bool write, bool 
     if (!cells) return;
     if (write && !atomic) me().last_global_write = ++g.sequence_number;  // what a fence must publish
     if (g.measuring && !write && !atomic) record_global_load(pc, address, size);
-    for (long long word = first; word <= last; ++word)
+    for (long long word = first; word <= last; ++word) {
+        const Cell &c = cells[word];
+        // A __device__ variable read before this launch wrote it, where an earlier launch did: what the kernel
+        // reads there is state it kept between launches (the timed calls run many in a row; a check, few).
+        if (variable && (!write || atomic) && c.gen != g.launch_gen && (c.write.thread || c.atomic.thread)) {
+            const Thread &t = me();
+            char message[400];
+            std::snprintf(message, sizeof message,
+                          "thread (%u,%u,0) reads %s[%lld] at {pc:%x}, which an earlier launch wrote: a kernel keeps "
+                          "nothing between launches, each pass a function of its input alone",
+                          t.idx.x, t.idx.y, variable, word, pc);
+            report(KEPT_STATE, 0, pc, describe_thread(t), message);
+        }
         check_cell(cells[word], g.launch_gen, write, atomic, pc, false,
                    Place{b.arg, static_cast<std::size_t>(word), variable});
+    }
 }
 
 // The __device__ variable of this launch's library whose span (the variable, then its padding up to the next
