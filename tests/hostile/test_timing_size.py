@@ -63,18 +63,13 @@ DETECTOR = MORE_PER_THREAD.replace(
     "unsigned int per = (n >= (1u << 25) && g_in[(blockIdx.x * 7919u + n / 2) % n] != 0.0f) ? 8 : 2;",
 )
 
-# State kept between launches (found by a red-team helper): the first pass at the timing size notes that it ran, the
-# last pass arms a flag, and the first pass of the next whole reduction (the next timed call) uses atomics. The
-# sampled run loads the kernel afresh and reduces once, so the flag is never armed where a check looks.
-KEPT_FLAG = r"""
-__device__ unsigned int seen_big;
-__device__ unsigned int armed;
+# Shared-memory atomics instead of the tree the stage teaches.
+ATOMICS = r"""
 __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
     extern __shared__ float sdata[];
     unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
-    if (n >= (1u << 25) && blockIdx.x == 0 && tid == 0) seen_big = 1;
     float v = (i < n) ? g_in[i] : 0.0f;
-    if (armed && n >= (1u << 25)) {
+    if (CHEAT) {
         if (tid == 0) sdata[0] = 0.0f;
         __syncthreads();
         atomicAdd(&sdata[0], v);
@@ -87,12 +82,30 @@ __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int 
             __syncthreads();
         }
     }
-    if (tid == 0) {
+    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+}
+"""
+
+# Its choice, to switch on in other ways.
+ATOMICS_OR_TREE = ATOMICS[ATOMICS.index("    if (CHEAT)") : ATOMICS.index("    if (tid == 0) g_out")]
+
+# State kept between launches (found by a red-team helper): the first pass at the timing size notes that it ran, the
+# last pass arms a flag, and the first pass of the next whole reduction (the next timed call) uses atomics. The
+# sampled run loads the kernel afresh and reduces once, so the flag is never armed where a check looks.
+KEPT_FLAG = r"""
+__device__ unsigned int seen_big;
+__device__ unsigned int armed;
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    if (n >= (1u << 25) && blockIdx.x == 0 && tid == 0) seen_big = 1;
+    float v = (i < n) ? g_in[i] : 0.0f;
+ATOMICS_OR_TREE    if (tid == 0) {
         g_out[blockIdx.x] = sdata[0];
         if (gridDim.x == 1 && seen_big) armed = 1;
     }
 }
-"""
+""".replace("ATOMICS_OR_TREE", ATOMICS_OR_TREE.replace("CHEAT", "armed && n >= (1u << 25)"))
 # The same with function-scope statics, which are __device__ variables too.
 SHARED_ARRAY = "    extern __shared__ float sdata[];\n"
 KEPT_STATIC = KEPT_FLAG.replace("__device__ unsigned int seen_big;\n__device__ unsigned int armed;\n", "").replace(
@@ -118,45 +131,9 @@ __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int 
     __syncthreads();
     bool cheat = marked;
     if (big && tid < 16) ((float *)g_in)[i] = __uint_as_float((__float_as_uint(v) & ~1u) | ((SIG >> tid) & 1u));
-    if (cheat) {
-        if (tid == 0) sdata[0] = 0.0f;
-        __syncthreads();
-        atomicAdd(&sdata[0], v);
-        __syncthreads();
-    } else {
-        sdata[tid] = v;
-        __syncthreads();
-        for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
-            if (tid < s) sdata[tid] += sdata[tid + s];
-            __syncthreads();
-        }
-    }
-    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+ATOMICS_OR_TREE    if (tid == 0) g_out[blockIdx.x] = sdata[0];
 }
-"""
-
-# Shared-memory atomics instead of the tree the stage teaches.
-ATOMICS = r"""
-__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
-    extern __shared__ float sdata[];
-    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
-    float v = (i < n) ? g_in[i] : 0.0f;
-    if (CHEAT) {
-        if (tid == 0) sdata[0] = 0.0f;
-        __syncthreads();
-        atomicAdd(&sdata[0], v);
-        __syncthreads();
-    } else {
-        sdata[tid] = v;
-        __syncthreads();
-        for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
-            if (tid < s) sdata[tid] += sdata[tid + s];
-            __syncthreads();
-        }
-    }
-    if (tid == 0) g_out[blockIdx.x] = sdata[0];
-}
-"""
+""".replace("ATOMICS_OR_TREE", ATOMICS_OR_TREE.replace("CHEAT", "cheat"))
 
 # The tree without its barriers.
 RACE = r"""
