@@ -57,21 +57,37 @@ def blocks_run(count: int, seed: int, number: int) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(EDGE), drawn, np.arange(count - EDGE, count)]))
 
 
-def values(indices: np.ndarray, seed: int) -> np.ndarray:
-    """The input at `indices`, hashed from the index and `seed`: random floats as the timed input holds
-    (autograder.verify.draw, "random": multiples of 2^-24 in [0, 1), doubled, less 0.75), so that a kernel cannot
-    tell this case from a timed call by its values."""
+def values(indices: np.ndarray, seed: int, stands_for: int = 1, shape: Shape = Shape.SUM_1D) -> np.ndarray:
+    """The input at `indices`, hashed from the index and `seed`, as a timed call's pass would read it, so that a
+    kernel cannot tell this case from a timed call by its values. The first pass: random floats as the timed input
+    holds (autograder.verify.draw, "random": multiples of 2^-24 in [0, 1), doubled, less 0.75). A later pass, each
+    of whose values `stands_for` that many of the timed input's: their sum (drawn as a normal of the same mean and
+    spread) or their max (drawn from the max's own distribution)."""
+    unit = _unit(indices, seed)
+    if stands_for == 1:
+        return unit * np.float32(2.0) - np.float32(0.75)
+    if shape is Shape.MAX_2D:
+        return (2.0 * unit.astype(np.float64) ** (1.0 / stands_for) - 0.75).astype(np.float32)
+    angle = 2.0 * np.pi * _unit(indices, seed ^ 0x5851F42D4C957F2D).astype(np.float64)
+    normal = np.sqrt(-2.0 * np.log1p(-unit.astype(np.float64))) * np.cos(angle)
+    return (0.25 * stands_for + np.sqrt(stands_for / 3.0) * normal).astype(np.float32)
+
+
+def _unit(indices: np.ndarray, seed: int) -> np.ndarray:
+    """A multiple of 2^-24 in [0, 1) for each index, hashed with `seed`."""
     mixed = (indices.astype(np.uint64) + np.uint64(seed)) * np.uint64(0x9E3779B97F4A7C15)
     mixed ^= mixed >> np.uint64(29)
-    unit = (mixed >> np.uint64(40)).astype(np.float32) * np.float32(2.0**-24)
-    return unit * np.float32(2.0) - np.float32(0.75)
+    return (mixed >> np.uint64(40)).astype(np.float32) * np.float32(2.0**-24)
 
 
 class _Pass:
     """One pass at the timing size: the blocks that run, what they read, and what they must write."""
 
-    def __init__(self, stage: Stage, size: tuple[int, ...], block_size: int, blocks: np.ndarray) -> None:
+    def __init__(self, stage: Stage, size: tuple[int, ...], block_size: int, blocks: np.ndarray, number: int) -> None:
         self.stage, self.size, self.block_size, self.blocks = stage, size, block_size, blocks
+        # How many of the timed input's values each of this pass's input values stands for.
+        per_value = block_size * stage.elements_per_thread if stage.shape is Shape.SUM_1D else 4
+        self.stands_for = per_value**number
         if stage.shape is Shape.SUM_1D:
             per_block = block_size * stage.elements_per_thread
             starts = blocks * per_block
@@ -104,7 +120,7 @@ class _Pass:
         if self.stage.shape is Shape.MAX_2D:
             maxima = self._maxima(self.quadrants, seed)
             return maxima, np.zeros_like(maxima)
-        slices = [values(np.arange(first, last), seed) for first, last in self.slices]
+        slices = [self.values(np.arange(first, last), seed) for first, last in self.slices]
         sums = np.array([part.sum(dtype=np.float64) for part in slices])
         magnitudes = np.array([np.abs(part).sum(dtype=np.float64) for part in slices])
         per_block = self.block_size * self.stage.elements_per_thread
@@ -116,9 +132,13 @@ class _Pass:
         for col, row in points:
             inside = (col < width) & (row < height)
             found = np.full(self.outputs.size, -np.inf)
-            found[inside] = values(row[inside] * width + col[inside], seed)
+            found[inside] = self.values(row[inside] * width + col[inside], seed)
             best = np.maximum(best, found)
         return best
+
+    def values(self, indices: np.ndarray, seed: int) -> np.ndarray:
+        """This pass's input at `indices` (`values`)."""
+        return values(indices, seed, self.stands_for, self.stage.shape)
 
     def wrong(self, output: np.ndarray, seed: int) -> str | None:
         """What is wrong with the sampled blocks' outputs, or None."""
@@ -148,7 +168,8 @@ def grid_size(stage: Stage, size: tuple[int, ...], block_size: int) -> int:
 def passes(stage: Stage, size: tuple[int, ...], block_size: int, seed: int) -> Iterator[_Pass]:
     """The passes of a whole reduction at `size`, first to last, each with the blocks that run in it."""
     for number, pass_size in enumerate(pass_sizes(stage, size, block_size)):
-        yield _Pass(stage, pass_size, block_size, blocks_run(grid_size(stage, pass_size, block_size), seed, number))
+        blocks = blocks_run(grid_size(stage, pass_size, block_size), seed, number)
+        yield _Pass(stage, pass_size, block_size, blocks, number)
 
 
 def reference(stage: Stage, size: tuple[int, ...], block_size: int, seed: int) -> tuple[float, float]:
@@ -213,7 +234,7 @@ def run(
                 backend.expose(source, ranges)
             else:
                 ranges = [(0, count)]
-            data = values(np.concatenate([np.arange(first, last) for first, last in ranges]), seed)
+            data = sampled.values(np.concatenate([np.arange(first, last) for first, last in ranges]), seed)
             at = 0
             for first, last in ranges:
                 backend.write(source, data[at : at + last - first], offset=first)

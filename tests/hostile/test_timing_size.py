@@ -135,6 +135,17 @@ ATOMICS_OR_TREE    if (tid == 0) g_out[blockIdx.x] = sdata[0];
 }
 """.replace("ATOMICS_OR_TREE", ATOMICS_OR_TREE.replace("CHEAT", "cheat"))
 
+# Tells a timed pass 2 by its values (red team): it reads block sums, about 64 each, where a first pass reads values
+# below 1.25; then it takes other code (here plainly wrong, to show that it runs).
+LATER_PASS = ATOMICS.replace(
+    "    if (CHEAT) {",
+    "    if (n >= (1u << 17) && fabsf(g_in[blockIdx.x * blockDim.x]) > 16.0f) {\n"
+    "        if (tid == 0) g_out[blockIdx.x] = 12345.0f;\n"
+    "        return;\n"
+    "    }\n"
+    "    if (false) {",
+)
+
 # The tree without its barriers.
 RACE = r"""
 __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
@@ -279,6 +290,13 @@ def test_a_mark_left_in_the_input_for_the_next_timed_call_is_found(worker) -> No
         assert result.status is Status.INCORRECT, result.message
         assert "input_changed" in {finding.kind for finding in result.findings}
         assert at_scale(result).error.startswith(f"{AT_TIMING_SIZE}, pass 1: the kernel changed its input g_in")
+
+
+def test_a_later_pass_that_tells_a_timed_call_by_its_values_is_wrong_there(worker) -> None:
+    # Each pass's input looks like what a timed call's pass reads: block sums in pass 2, maxima of maxima for max2d.
+    for result in (graded(worker, "sequential", LATER_PASS), analysed("sequential", LATER_PASS)):
+        assert result.status is Status.INCORRECT, result.message
+        assert at_scale(result).error.startswith(f"{AT_TIMING_SIZE}, pass 2 of the reduction: g_out[")
 
 
 def test_the_open_stage_may_keep_state_between_launches(worker) -> None:
