@@ -5,9 +5,10 @@ rubric's), so a kernel could choose other code there (`if (n >= 1 << 25)`) and b
 saw, vouched for by its final value alone. So the CPU backend also runs each pass at the timing size, but only
 some of its blocks: the first and last EDGE, and DRAWN more between them drawn from the run's secret seed,
 every one of them checked for races and bounds and measured for the technique (autograder.technique, which holds
-these measurements to the same thresholds on their own). Each pass's input holds random floats hashed from the seed,
-like the timed input's, where those blocks read (in whole pages); every other page of it faults when read, so a
-kernel that looks outside its slice to tell this run from a timed call crashes. Each of those blocks' outputs is
+these measurements to the same thresholds on their own). Each pass's input holds what a timed call's would, hashed from
+the seed (random floats in the first, what they reduce to in the later ones), where those blocks read (in whole
+pages); every other page of it faults when read, so a kernel that looks outside its slice to tell this run from a
+timed call crashes. Each of those blocks' outputs is
 held to the contract.
 
 The open stage may share its work out as it likes, so it is not sampled: its blocks need each other.
@@ -66,8 +67,9 @@ def values(indices: np.ndarray, seed: int, stands_for: int = 1, shape: Shape = S
     unit = _unit(indices, seed)
     if stands_for == 1:
         return unit * np.float32(2.0) - np.float32(0.75)
-    if shape is Shape.MAX_2D:
-        return (2.0 * unit.astype(np.float64) ** (1.0 / stands_for) - 0.75).astype(np.float32)
+    if shape is Shape.MAX_2D:  # a multiple of 2^-24 again, as every value of the timed input is
+        largest = np.floor(unit.astype(np.float64) ** (1.0 / stands_for) * 2.0**24) / 2.0**24
+        return largest.astype(np.float32) * np.float32(2.0) - np.float32(0.75)
     angle = 2.0 * np.pi * _unit(indices, seed ^ 0x5851F42D4C957F2D).astype(np.float64)
     normal = np.sqrt(-2.0 * np.log1p(-unit.astype(np.float64))) * np.cos(angle)
     return (0.25 * stands_for + np.sqrt(stands_for / 3.0) * normal).astype(np.float32)
@@ -216,7 +218,7 @@ def run(
     """Run every pass at `size` on its sampled blocks only (a CPU backend's `run_only`), each in an input of which
     only the pages they read can be read (`expose`): the first pass's value (as `reference`), where a pass broke
     the contract, and the writes past an output. An output's guard tail is as long as the grid at least, so that
-    a block that writes g_out[b + gridDim.x] stays in it, as on the cases."""
+    a block that writes g_out[b + gridDim.x] stays in it (a write past the guard tail lands in another buffer)."""
     stage = kernel.stage
     value, wrong, guards = math.nan, None, []
     for number, sampled in enumerate(passes(stage, size, block_size, seed)):

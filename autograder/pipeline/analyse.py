@@ -66,7 +66,7 @@ def analyse_on_cpu(run: StudentRun, stage: Stage, source: KernelSource) -> CpuAn
     at_scale = _cases(run, stage, checker, build, timing_case(stage, seed, run.rubric.timing.size_of(stage.shape)))
     metrics = None
     with suppress(GraderError):  # counts the runs left in the worker: no kernel code runs; a failure is the grader's
-        metrics = checker.call(kernel_metrics, build, timeout=METRICS_SECONDS) if at_scale.finished else None
+        metrics = checker.call(kernel_metrics, build, timeout=METRICS_SECONDS)
     return replace(analysis, metrics=metrics, at_scale=at_scale if at_scale.seen or not at_scale.finished else None)
 
 

@@ -52,6 +52,11 @@ def _incorrect(result: StageResult, what: str) -> StageResult:
     message = (
         f"incorrect: the kernel's result is undefined ({kinds}{where}); CUDA does not define what such a kernel {what}"
     )
+    if all(f.kind == "kept_state" for f in undefined):  # defined, but by the calls before it
+        message = (
+            f"incorrect: the kernel keeps state between launches ({kinds}{where}), so its result depends on the "
+            "calls before it (a timed call follows many); a kernel keeps nothing between launches"
+        )
     advice = undefined_hint(tuple(undefined)) or "fix what the findings report: a kernel may do only what CUDA defines"
     return replace(result, status=Status.INCORRECT, message=message, hint=advice)
 

@@ -115,7 +115,8 @@ The grader launches your kernels itself. Write them for exactly this launch.
   `blockIdx.x * blockDim.x + blockDim.x - 1`.
 * Output: block `b` writes the sum of its elements to `g_out[b]`, and nothing else. No atomics are needed. It
   reads its own elements and nothing else of the input, and writes none of them. A kernel keeps nothing
-  between launches: a `__device__` variable may hold scratch that a launch writes before it reads it.
+  between launches: a `__device__` variable may hold scratch that a launch writes before it reads it (an atomic
+  reads too, so a counter that carries over from launch to launch is not allowed).
 * Passes: the grader launches your kernel again on the partial sums, pass after pass, until one value is left.
 * Any `n` from 1 up: `n` is rarely a multiple of the block size, so the last block must ignore what lies past
   `n-1` (a thread with nothing to load contributes 0, the identity of a sum). The grader puts values that spoil

@@ -106,6 +106,9 @@ ATOMICS_OR_TREE    if (tid == 0) {
     }
 }
 """.replace("ATOMICS_OR_TREE", ATOMICS_OR_TREE.replace("CHEAT", "armed && n >= (1u << 25)"))
+# Armed late (review): the flag is read in pass 1, where nothing wrote it yet, and armed in pass 2 of the timing size,
+# which no case reaches; from the next reduction on, pass 1 uses atomics. The sampled run reduces twice.
+KEPT_LATE = KEPT_FLAG.replace("gridDim.x == 1 && seen_big", "n == 262144u && gridDim.x == 1024u")
 # The same with function-scope statics, which are __device__ variables too.
 SHARED_ARRAY = "    extern __shared__ float sdata[];\n"
 KEPT_STATIC = KEPT_FLAG.replace("__device__ unsigned int seen_big;\n__device__ unsigned int armed;\n", "").replace(
@@ -275,7 +278,9 @@ def test_a_crash_kept_to_the_timing_size_is_the_stage_s_verdict(worker) -> None:
     assert result.message.startswith(f"crashed in the CPU race analysis on n=67108864 {AT_TIMING_SIZE}")
 
 
-@pytest.mark.parametrize("code", [KEPT_FLAG, KEPT_STATIC], ids=["device variables", "static variables"])
+@pytest.mark.parametrize(
+    "code", [KEPT_FLAG, KEPT_STATIC, KEPT_LATE], ids=["device variables", "static variables", "armed late"]
+)
 def test_state_kept_between_launches_for_the_next_timed_call_is_found(worker, code) -> None:
     assert KEPT_STATIC != KEPT_FLAG and "static unsigned int" in KEPT_STATIC
     # The GPU run's analysis reports it; the rubric's [undefined_behaviour] makes the stage incorrect on both.

@@ -154,6 +154,7 @@ _LIBC.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 def _protect(address: int, length: int, protection: int) -> None:
+    """mprotect: `length` bytes from `address` (both whole pages) get `protection`."""
     if length > 0 and _LIBC.mprotect(address, length, protection) != 0:
         raise OSError(ctypes.get_errno(), f"mprotect: {os.strerror(ctypes.get_errno())}")
 
