@@ -331,7 +331,7 @@ def run_case(
             runs.append(at_scale.run(backend, apart, case.size, block_size, case.seed))
         wrong = next((wrong for _, wrong, _ in runs if wrong is not None), None)
         guards = tuple(finding for _, _, found in runs for finding in found)
-        return runs[0][0], _kept(apart.stage, guards + backend.findings()), wrong
+        return runs[0][0], _counted(apart.stage, guards + backend.findings()), wrong
     kernel = compiled(backend, build.stage_id, build)
     plan = Plan.create(backend, kernel, case.size, block_size)
     try:
@@ -341,10 +341,10 @@ def run_case(
         wrong = None if kernel.stage.optional else plan.wrong_output(first_pass(case, kernel.stage, block_size))
     finally:
         plan.release()
-    return value, _kept(kernel.stage, guard_findings + backend.findings()), wrong
+    return value, _counted(kernel.stage, guard_findings + backend.findings()), wrong
 
 
-def _kept(stage: Stage, findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+def _counted(stage: Stage, findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
     """The findings that count for `stage`: the open stage may keep state between launches (a last-block ticket
     counter, say), since it alone is judged by its final value."""
     return tuple(f for f in findings if not (stage.optional and f.kind == "kept_state"))
