@@ -296,11 +296,16 @@ def compiled(backend: Backend, stage_id: str, kernel: Build | KernelSource, apar
         if key not in _loaded:
             _loaded[key] = backend.compile(kernel, get_stage(stage_id))
         return _loaded[key]
-    # A build is a function of its source: the same text and cell give the same build.
-    key = ("apart" if apart else "build", kernel.stage_id, kernel.source.text, repr(kernel.source.location))
+    key = _build_key(kernel, apart)
     if key not in _loaded:
         _loaded[key] = backend.load(kernel)
     return _loaded[key]
+
+
+def _build_key(build: Build, apart: bool) -> tuple[str, ...]:
+    """Where `compiled` keeps a build's kernel: a build is a function of its source (the same text and cell give
+    the same build)."""
+    return ("apart" if apart else "build", build.stage_id, build.source.text, repr(build.source.location))
 
 
 def loaded(backend: Backend) -> int:
@@ -367,7 +372,7 @@ def kernel_metrics(backend: Backend, build: Build) -> KernelMetrics | None:
     """Bank conflicts and divergence of the kernel's launches so far in this worker, where measured, with those of
     its launches at the timing size apart (autograder.at_scale), where they ran."""
     metrics = backend.metrics(compiled(backend, build.stage_id, build))
-    apart = _loaded.get(("apart", build.stage_id, build.source.text, repr(build.source.location)))
+    apart = _loaded.get(_build_key(build, apart=True))
     if metrics is None or apart is None:
         return metrics
     return replace(metrics, at_scale=backend.metrics(apart))
