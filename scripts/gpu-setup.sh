@@ -53,6 +53,11 @@ gpu_setup() {
     # Bytecode for everything installed, as pip writes it on any other machine: a sandboxed worker sees the
     # folder read-only, so without it every worker would compile the modules it imports from source.
     python3 -m compileall -q -j 0 "$site" >/dev/null || return 1
+    # The same for numpy where it comes with the machine's Python (not from $wheels), and for the grader's own
+    # package, whose folder a sandboxed worker also sees read-only (PYTHONDONTWRITEBYTECODE may be set here).
+    local numpy_dir
+    numpy_dir=$(PYTHONPATH="$site" python3 -c 'import numpy, os; print(os.path.dirname(numpy.__file__))') || return 1
+    python3 -m compileall -q -j 0 "$numpy_dir" autograder >/dev/null || echo "gpu-setup: no bytecode written in $numpy_dir"
 
     # The sandbox (bubblewrap) from its carried Debian package, unpacked into a folder of its own.
     local deb

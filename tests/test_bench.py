@@ -24,6 +24,18 @@ def test_the_cpu_benchmark_prints_every_stage() -> None:
     assert "all seven stages graded" in done.stdout
 
 
+def test_the_worker_start_benchmark_starts_workers_at_once() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "worker_starts.py"), "--counts", "1,3", "--backends", "cpu"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line.split() for line in done.stdout.splitlines()]
+    assert [(line[0], line[1]) for line in lines] == [("cpu", "1"), ("cpu", "3")]
+    first, last = float(lines[1][5]), float(lines[1][-2])
+    assert 0 < first <= last
+
+
 def test_process_accounting_counts_every_program_that_ends_inside_it() -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     try:

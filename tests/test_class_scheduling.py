@@ -122,6 +122,9 @@ def test_a_killed_run_resumed_gives_the_uninterrupted_grades_and_keeps_what_it_h
         grade_class(klass, tmp_path, OPTIONS, on_student=kill_after_two)
     kept = {path.name: path.stat().st_mtime_ns for path in tmp_path.glob("*.json")}
     assert len(kept) == 2
+    # The class table, written at most once a second while a class runs, holds them too once the run has stopped.
+    table = (tmp_path / "grades.csv").read_text().splitlines()
+    assert sorted(line.split(",")[0] for line in table[1:]) == sorted(Path(name).stem for name in kept)
     regraded: list[str] = []
     # No --seed: the resumed run takes the seed of the results it keeps.
     resumed = grade_class(
