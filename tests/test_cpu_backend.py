@@ -924,3 +924,37 @@ def test_the_precompiled_prelude_changes_no_instruction_and_a_changed_one_is_mad
     gch.write_bytes(changed)
     assert precompiled_preludes(toolchain)["checked"] == preludes["checked"]
     assert gch.read_bytes() != changed
+
+
+def test_a_launch_whose_checks_the_machine_refuses_is_a_grader_failure_never_a_pass(cache_dir: Path) -> None:
+    """A buffer's shadow (what its races and bounds are checked against) is mapped at its first checked access;
+    where the machine refuses that address space (here RLIMIT_DATA, as a small machine's overcommit rule would),
+    the launch is the grader's failure, not a launch that passed with its checks skipped."""
+    script = f"""
+import resource
+import numpy as np
+from autograder.backends.cpu import CpuBackend
+from autograder.errors import BackendUnavailable
+from autograder.records import KernelSource
+from autograder.stages import get_stage
+backend = CpuBackend(cache_dir={str(cache_dir)!r})
+kernel = backend.compile(KernelSource(open({str(kernel_path("naive"))!r}).read()), get_stage("naive"))
+resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30))
+for count in (1 << 16, 1 << 26):
+    data, out = backend.alloc(count), backend.alloc(count // 256)
+    backend.fill(data, 1.0)
+    backend.run_only([0, count // 256 - 1])
+    try:
+        backend.launch(kernel, (count // 256, 1), (256, 1), 1024, (data, out, count))
+        print(count, "ran", backend.download(out, 1)[0])
+    except BackendUnavailable as error:
+        print(count, "refused", error)
+    backend.free(data)
+    backend.free(out)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    small, large = run.stdout.splitlines()
+    assert small == "65536 ran 256.0"
+    assert large.startswith("67108864 refused the CPU backend could not check reduce_naive: could not map the shadow")
+    assert "were not checked" in large

@@ -26,7 +26,7 @@ import numpy as np
 
 from autograder.backends.base import Backend, Buffer, Kernel
 from autograder.backends.cpu.compiler import Toolchain, build_shared_objects, prepare_toolchain
-from autograder.errors import CompileError, KernelFault
+from autograder.errors import BackendUnavailable, CompileError, KernelFault
 from autograder.records import (
     FINDING_KINDS,
     Build,
@@ -336,6 +336,9 @@ class CpuBackend(Backend):
         )
         self._launches += 1
         status = self._runtime.ag_launch(ctypes.byref(launch))
+        if status == -2:  # the machine's doing, not the kernel's: a grader failure, never a pass unchecked
+            why = self._runtime.ag_error().decode()
+            raise BackendUnavailable(f"the CPU backend could not check {compiled.name}: {why}")
         if status < 0:
             raise KernelFault(f"{compiled.name}: {self._runtime.ag_error().decode()}")
         new = self._collect_findings()

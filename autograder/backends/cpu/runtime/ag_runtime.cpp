@@ -234,6 +234,7 @@ struct State {
     std::map<int, Counts> counts;
     std::unordered_map<std::uint64_t, unsigned int> sequence;
     std::string error;
+    std::string unchecked;  // why a checked access of this launch could not be checked (its shadow not mapped)
 };
 State g;
 
@@ -523,7 +524,13 @@ void global_access(Buffer &b, char *address, std::size_t size, bool write, bool 
         return;
     }
     Cell *cells = buffer_cells(b);
-    if (!cells) return;
+    if (!cells) {  // the machine refused the shadow's address space: the launch must not pass as checked
+        if (g.unchecked.empty())
+            g.unchecked = "could not map the shadow memory of a buffer of " + std::to_string(b.count) +
+                          " values, so its races, bounds and stale reads were not checked: the machine refused " +
+                          std::to_string((b.count + b.guard) * sizeof(Cell) >> 20) + " MiB of address space";
+        return;
+    }
     if (write && !atomic) me().last_global_write = ++g.sequence_number;  // what a fence must publish
     if (g.measuring && !write && !atomic) record_global_load(pc, address, size);
     for (long long word = first; word <= last; ++word) {
@@ -1341,7 +1348,8 @@ std::set<long long> spot_blocks(long long blocks, std::uint64_t seed) {
     return chosen;
 }
 
-// Returns 0 when the launch ran, 1 on a deadlock, -1 when it could not start (see ag_error).
+// Returns 0 when the launch ran, 1 on a deadlock, -1 when it could not start, -2 when it ran but its checks
+// could not all be made (see ag_error).
 int ag_launch(const AgLaunch *launch) {
     g.launch = *launch;
     g.schedule = static_cast<Schedule>(launch->schedule);
@@ -1364,6 +1372,7 @@ int ag_launch(const AgLaunch *launch) {
     g.launch_gen++;
     g.seen.clear();
     g.stray_write_told = false;
+    g.unchecked.clear();
     g.published.clear();
     g.nactive = 0;
     for (int k = 0; k < launch->nargs && g.nactive < 8; ++k) {
@@ -1403,6 +1412,10 @@ int ag_launch(const AgLaunch *launch) {
     }
     g.checking = g.measuring = false;
     std::fflush(stdout);  // a kernel's printf shows at the end of the launch, as on a GPU
+    if (status == 0 && !g.unchecked.empty()) {
+        g.error = g.unchecked;
+        return -2;
+    }
     return status;
 }
 
