@@ -178,6 +178,7 @@ class CaseResult:
     passed: bool
     error: str | None = None  # why there is no result (a timeout, a crash), or why it does not count
     seeded: bool = False  # a size drawn from the run's seed, not one of the fixed edge sizes
+    sampled: bool = False  # the timing size, run on sampled blocks (autograder.at_scale)
 
 
 @dataclass(frozen=True)

@@ -268,6 +268,7 @@ def judge(
         passed=passed,
         error=error,
         seeded=case.seeded,
+        sampled=case.sampled,
     )
 
 
@@ -397,7 +398,7 @@ def hint(
     advice = undefined_hint(findings, kinds=RACE_KINDS + ("barrier_divergence",))
     if advice:
         return advice
-    if all(AT_TIMING_SIZE in case.label for case in failed):
+    if all(case.sampled for case in failed):
         return AT_SCALE_HINT
     if all(case.error and WRONG_PASS in case.error for case in failed):
         if stage.shape is Shape.MAX_2D:
