@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,18 @@ def test_the_worker_start_benchmark_starts_workers_at_once() -> None:
     assert [(line[0], line[1]) for line in lines] == [("cpu", "1"), ("cpu", "3")]
     first, last = float(lines[1][5]), float(lines[1][-2])
     assert 0 < first <= last
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_nvcc_benchmark_compiles_the_stages_both_ways_to_the_same_code() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "nvcc_batch.py"), "--rounds", "1"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("7 stages, 7 nvcc runs: ") and lines[1].startswith("7 stages, one nvcc run: ")
+    assert len(lines) == 9 and all(line.endswith("PTX the same but for names") for line in lines[2:])
 
 
 def test_process_accounting_counts_every_program_that_ends_inside_it() -> None:

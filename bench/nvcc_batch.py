@@ -1,0 +1,104 @@
+"""What nvcc costs a student's seven stages: seven runs, as the grader compiles them, against one run of all seven,
+each stage in a namespace of its own (a design not built: README, "Where the time goes").
+
+    .venv/bin/python bench/nvcc_batch.py [--rounds 3] [--arch sm_90]
+
+Printed: the core-seconds of each way (nvcc and the programs it runs, the median of the rounds), and whether
+each kernel's PTX is the same either way but for its names. Needs nvcc; no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import resource
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from autograder.backends.gpu import NVCC_OPTIONS, find_nvcc
+from autograder.references import reference_source
+from autograder.stages import REQUIRED_STAGE_IDS
+
+
+def core_seconds(argv: list[str], folder: Path) -> float:
+    """The CPU time of `argv` and every process it ran."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, cwd=folder, check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def batched(texts: dict[str, str]) -> str:
+    """Every stage's source in a namespace of its own, each starting at its own line 1 of kernel.cu."""
+    return "".join(f'namespace ag_{stage} {{\n#line 1 "kernel.cu"\n{text}\n}}\n' for stage, text in texts.items())
+
+
+def entries(ptx: str) -> dict[str, str]:
+    """Each kernel's PTX body by the kernel's own name, with every symbol name and source position left out."""
+    found = {}
+    variable = r"^\s*(?:\.extern\s+|\.visible\s+|\.weak\s+)*\.(?:shared|global|const)\b.*?([\w$]+)(?:\[\d*\])?;"
+    declared = re.findall(variable, ptx, flags=re.MULTILINE)
+    for match in re.finditer(r"\.entry\s+(\S+?)\(", ptx):
+        start = ptx.index("{", match.end())
+        depth, end = 0, start
+        for end in range(start, len(ptx)):
+            depth += {"{": 1, "}": -1}.get(ptx[end], 0)
+            if depth == 0:
+                break
+        body = re.sub(r"^\s*\.(loc|file)\b.*$", "", ptx[start : end + 1], flags=re.MULTILINE)
+        body = re.sub(r"\b_Z\w+|\$L__\w+", "NAME", body)
+        for name in declared:  # the module's own variables (`sdata` alone, `_ZN8ag_naive5sdataE` in a namespace)
+            body = re.sub(rf"(?<![\w$]){re.escape(name)}(?![\w$])", "NAME", body)
+        found[unnested(match[1])] = " ".join(body.split())
+    return found
+
+
+def unnested(symbol: str) -> str:
+    """A mangled name in a namespace (`_ZN8ag_naive12reduce_naiveEPKfPfj`) as it is outside one."""
+    if not symbol.startswith("_ZN"):
+        return symbol
+    at, parts = 3, []
+    while symbol[at].isdigit():
+        length = re.match(r"\d+", symbol[at:])[0]
+        at += len(length)
+        parts.append(symbol[at : at + int(length)])
+        at += int(length)
+    return f"_Z{len(parts[-1])}{parts[-1]}{symbol[at + 1:]}"  # past the E that ends the nested name
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--arch", default="sm_90")
+    args = parser.parse_args()
+    nvcc = find_nvcc()
+    if nvcc is None:
+        parser.error("nvcc is not installed here")
+    texts = {stage: reference_source(stage).text for stage in REQUIRED_STAGE_IDS}
+    options = [f"-arch={args.arch}", *NVCC_OPTIONS]
+    with tempfile.TemporaryDirectory() as directory:
+        folder = Path(directory)
+        for stage, text in texts.items():
+            (folder / f"{stage}.cu").write_text(text)
+        (folder / "all.cu").write_text(batched(texts))
+        each, together = [], []
+        for _ in range(args.rounds):
+            each.append(sum(core_seconds([nvcc, "--cubin", *options, "-o", f"{s}.cubin", f"{s}.cu"], folder)
+                            for s in texts))
+            together.append(core_seconds([nvcc, "--cubin", *options, "-o", "all.cubin", "all.cu"], folder))
+        print(f"{len(texts)} stages, {len(texts)} nvcc runs: {statistics.median(each):.2f} core-seconds")
+        print(f"{len(texts)} stages, one nvcc run:  {statistics.median(together):.2f} core-seconds")
+        for stage in texts:
+            subprocess.run([nvcc, "-ptx", *options, "-o", f"{stage}.ptx", f"{stage}.cu"], cwd=folder, check=True)
+        subprocess.run([nvcc, "-ptx", *options, "-o", "all.ptx", "all.cu"], cwd=folder, check=True)
+        together_ptx = entries((folder / "all.ptx").read_text())
+        for stage in texts:
+            for name, body in entries((folder / f"{stage}.ptx").read_text()).items():
+                same = together_ptx.get(name) == body
+                print(f"  {stage:<16} {name:<36} PTX {'the same but for names' if same else 'DIFFERENT'}")
+
+
+if __name__ == "__main__":
+    main()
