@@ -307,8 +307,8 @@ def check(
 
 
 AT_SCALE_HOW = (
-    "CPU backend, at the timing size (sampled blocks): the kernel the GPU times does not do there what it does at "
-    "every size checked"
+    "CPU backend, at the timing size (the first pass's sampled blocks): the kernel the GPU times does not do there "
+    "what it does at every size checked"
 )
 
 

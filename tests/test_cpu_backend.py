@@ -958,3 +958,70 @@ for count in (1 << 16, 1 << 26):
     assert small == "65536 ran 256.0"
     assert large.startswith("67108864 refused the CPU backend could not check reduce_naive: could not map the shadow")
     assert "were not checked" in large
+
+
+def test_the_exact_intrinsics_give_a_gpu_s_answers_for_nan_and_values_out_of_range(cpu: CpuBackend) -> None:
+    """x86 answers these otherwise (a conversion out of range gives 0x80000000), so a kernel could tell the CPU
+    backend from a GPU by them and keep its cheats to the GPU (red team). The GPU's answers are PTX cvt's: .sat
+    flushes NaN to +0; a conversion to an integer saturates, and NaN converts to 0."""
+    code = r"""
+__global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    float nan = g_in[0], big = g_in[1], small = g_in[2], half = g_in[3], huge = g_in[4], zero = g_in[5];
+    g_out[0] = __saturatef(nan);
+    g_out[1] = __saturatef(-zero);
+    g_out[2] = __saturatef(3.0f * half);
+    g_out[3] = __int_as_float(__float2int_rz(nan));
+    g_out[4] = __int_as_float(__float2int_rz(big));
+    g_out[5] = __int_as_float(__float2int_rz(small));
+    g_out[6] = __int_as_float(__float2int_rn(nan));
+    g_out[7] = __int_as_float(__float2int_rn(big));
+    g_out[8] = __int_as_float(__float2int_rn(small));
+    g_out[9] = __int_as_float(__float2int_rn(5.0f * half));
+    g_out[10] = __uint_as_float(__float2uint_rn(nan));
+    g_out[11] = __uint_as_float(__float2uint_rn(huge));
+    g_out[12] = __uint_as_float(__float2uint_rn(small));
+    g_out[13] = __uint_as_float(__float2uint_rn(-half));
+    g_out[14] = __int_as_float(__float2int_rz(-2.5f * half));
+}
+"""
+    kernel = cpu.compile(KernelSource(code), get_stage("naive"))
+    inputs = np.array([np.nan, 3e9, -3e9, 0.5, 5e9, 0.0], np.float32)
+    data, out = cpu.upload(inputs), cpu.alloc(15)
+    try:
+        cpu.launch(kernel, (1, 1), (32, 1), 128, (data, out, inputs.size))
+        got = cpu.download(out).view(np.uint32).tolist()
+    finally:
+        cpu.free(data)
+        cpu.free(out)
+    int_bits = [value & 0xFFFFFFFF for value in (0, 2**31 - 1, -(2**31), 0, 2**31 - 1, -(2**31), 2)]
+    floats = np.array([0.0, 0.0, 1.0], np.float32).view(np.uint32).tolist()
+    assert got == [*floats, *int_bits, 0, 0xFFFFFFFF, 0, 0, (-1) & 0xFFFFFFFF]
+
+
+def test_a_copy_of_a_size_the_compiler_cannot_see_is_checked(cpu: CpuBackend) -> None:
+    """g++ leaves memcpy and memmove of such a size to the C library; the instrumented build calls the runtime's
+    checked copies instead, so a copy past the input's end is out of bounds like any read."""
+    code = r"""
+__global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    float v = 0.0f;
+    if (i < n) memcpy(&v, g_in + i, (blockDim.x >> 6) * (tid == 0 && blockIdx.x == gridDim.x - 1 ? 2u : 1u));
+    sdata[tid] = v;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) g_out[blockIdx.x] = sdata[0];
+}
+"""
+    kernel = cpu.compile(KernelSource(code.replace("? 2u : 1u", "? 1u : 1u")), get_stage("naive"))
+    cpu.findings()
+    reduce_unchecked(cpu, kernel, np.ones(257, np.float32), (257,))
+    assert cpu.findings() == ()
+    kernel = cpu.compile(KernelSource(code), get_stage("naive"))
+    reduce_unchecked(cpu, kernel, np.ones(257, np.float32), (257,))
+    found = [finding for finding in cpu.findings() if finding.kind == "out_of_bounds"]
+    assert found and found[0].line == 6, found

@@ -133,9 +133,10 @@ class Backend(ABC):
         """Run `work` between a pair of timing events, wait for it, and return the milliseconds between them."""
         return self.elapsed_each([(_nothing, work)])[0]
 
-    def run_only(self, blocks: Sequence[int]) -> None:
-        """Run only these blocks (linear numbers) of the launches that follow, each checked and measured; none:
-        every block again. Only a backend that runs blocks one at a time can (the CPU backend: autograder.at_scale)."""
+    def run_only(self, blocks: Sequence[int], measured: bool = True) -> None:
+        """Run only these blocks (linear numbers) of the launches that follow, each checked, and measured where
+        `measured`; none: every block again. Only a backend that runs blocks one at a time can (the CPU backend:
+        autograder.at_scale)."""
         raise GraderError(f"the {self.name} backend runs every block of a launch")
 
     def expose(self, buffer: Buffer, ranges: Sequence[tuple[int, int]]) -> None:

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autograder.at_scale import AT_SCALE_HINT, AT_TIMING_SIZE, DRAWN, EDGE, blocks_run, readable
+from autograder.at_scale import AT_SCALE_HINT, AT_TIMING_SIZE, DRAWN, EDGE, blocks_run, readable, values
 from autograder.grade import GradeOptions, _student_run, grade_stages
 from autograder.isolation import Worker
 from autograder.pipeline.analyse import analyse_on_cpu, analyse_stage
@@ -20,6 +20,7 @@ from autograder.records import KernelSource, StageResult, Status
 from autograder.references import reference_source
 from autograder.stages import get_stage
 from autograder.technique import AT_SCALE_HOW
+from autograder.verify import draw
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU backend needs g++")
 
@@ -61,6 +62,24 @@ __global__ void reduce_first_add(const float *g_in, float *g_out, unsigned int n
 DETECTOR = MORE_PER_THREAD.replace(
     "unsigned int per = (CHEAT) ? 8 : 2;",
     "unsigned int per = (n >= (1u << 25) && g_in[(blockIdx.x * 7919u + n / 2) % n] != 0.0f) ? 8 : 2;",
+)
+
+# Tells the sampled run by its input's values (red team): the stand-in's hash once stepped by a fixed amount from one
+# value to the next, which four values of a block's own slice showed; a timed call's input does not, and there the
+# kernel shares its work out.
+RECOGNISER = r"""
+__device__ unsigned int units(float v) { return (unsigned int)((v + 0.75f) * 8388608.0f); }
+__device__ bool fixed_steps(const float *v) {
+    unsigned int first = (units(v[1]) - units(v[0])) & 0xFFFFFFu;
+    for (int k = 1; k < 3; ++k) {
+        unsigned int step = (units(v[k + 1]) - units(v[k])) & 0xFFFFFFu;
+        if (step > first + 1u || step + 1u < first) return false;
+    }
+    return true;
+}
+""" + MORE_PER_THREAD.replace(
+    "unsigned int per = (CHEAT) ? 8 : 2;",
+    "unsigned int per = (n >= (1u << 25) && !fixed_steps(g_in + blockIdx.x * blockDim.x * 2)) ? 8 : 2;",
 )
 
 # Shared-memory atomics instead of the tree the stage teaches.
@@ -114,6 +133,14 @@ SHARED_ARRAY = "    extern __shared__ float sdata[];\n"
 KEPT_STATIC = KEPT_FLAG.replace("__device__ unsigned int seen_big;\n__device__ unsigned int armed;\n", "").replace(
     SHARED_ARRAY, f"{SHARED_ARRAY}    static unsigned int seen_big, armed;\n", 1
 )
+# The flag read through memcpy, of a size the compiler cannot see (red team): the copy was the C library's, where no
+# check saw the read.
+KEPT_COPIED = KEPT_FLAG.replace(
+    "    float v = (i < n) ? g_in[i] : 0.0f;\n",
+    "    float v = (i < n) ? g_in[i] : 0.0f;\n    unsigned int flag = 0, seen = 0;\n"
+    "    memcpy(&flag, &armed, blockDim.x >> 6);\n    memcpy(&seen, &seen_big, blockDim.x >> 6);\n",
+    1,
+).replace("armed && n >= (1u << 25)", "flag && n >= (1u << 25)").replace("&& seen_big)", "&& seen)")
 # The state in the input instead (red team): at the timing size each block marks the lowest mantissa bits of its first
 # 16 values, a few ulps that no sum notices, and a block that finds the mark (the next timed call, which reads the
 # same input) uses atomics.
@@ -262,6 +289,27 @@ def test_a_technique_kept_to_the_timing_size_is_measured_there(worker, switch) -
         assert failed[0].how == AT_SCALE_HOW
 
 
+def test_a_technique_kept_to_the_first_pass_is_measured_on_the_first_pass(worker) -> None:
+    # The tree all the way down in pass 1 alone, the one the GPU's timing is nearly all of (red team): averaged
+    # with the later passes' blocks, its barriers a block came out under the stage's limit.
+    text = reference_source("unrolled_warp").text
+    loop = "for (unsigned int s = blockDim.x / 2; s > 32; s >>= 1) {"
+    whole_tree = (
+        "unsigned int stop = (CHEAT) ? 0u : 32u;\n    for (unsigned int s = blockDim.x / 2; s > stop; s >>= 1) {"
+    )
+    ending = "    if (tid < 32) {"
+    early = "    if (stop == 0u) {\n        if (tid == 0) g_out[blockIdx.x] = sdata[0];\n        return;\n    }\n"
+    code = text.replace(loop, whole_tree).replace(ending, early + ending, 1)
+    assert whole_tree in code and early + ending in code
+    honest = graded(worker, "unrolled_warp", code.replace("CHEAT", NEVER))
+    assert honest.status is Status.CORRECT and all(check.passed is not False for check in honest.technique)
+    for result in (graded(worker, "unrolled_warp", code.replace("CHEAT", SWITCHES["by n"])),
+                   analysed("unrolled_warp", code.replace("CHEAT", SWITCHES["by n"]))):
+        assert result.status is Status.CORRECT and at_scale(result).passed, result.message
+        failed = [check for check in result.technique if check.passed is False]
+        assert failed and {check.how for check in failed} == {AT_SCALE_HOW}, result.technique
+
+
 def test_a_race_kept_to_the_timing_size_is_found_there(worker) -> None:
     code = RACE.replace("CHEAT", SWITCHES["by n"])
     for result in (graded(worker, "sequential", code), analysed("sequential", code)):
@@ -280,10 +328,13 @@ def test_a_crash_kept_to_the_timing_size_is_the_stage_s_verdict(worker) -> None:
 
 
 @pytest.mark.parametrize(
-    "code", [KEPT_FLAG, KEPT_STATIC, KEPT_LATE], ids=["device variables", "static variables", "armed late"]
+    "code",
+    [KEPT_FLAG, KEPT_STATIC, KEPT_LATE, KEPT_COPIED],
+    ids=["device variables", "static variables", "armed late", "read through memcpy"],
 )
 def test_state_kept_between_launches_for_the_next_timed_call_is_found(worker, code) -> None:
     assert KEPT_STATIC != KEPT_FLAG and "static unsigned int" in KEPT_STATIC
+    assert "flag &&" in KEPT_COPIED and "&& seen)" in KEPT_COPIED
     # The GPU run's analysis reports it; the rubric's [undefined_behaviour] makes the stage incorrect on both.
     for result in (graded(worker, "sequential", code), analysed("sequential", code)):
         kept = [finding for finding in result.findings if finding.kind == "kept_state"]
@@ -296,6 +347,27 @@ def test_a_mark_left_in_the_input_for_the_next_timed_call_is_found(worker) -> No
         assert result.status is Status.INCORRECT, result.message
         assert "input_changed" in {finding.kind for finding in result.findings}
         assert at_scale(result).error.startswith(f"{AT_TIMING_SIZE}, pass 1: the kernel changed its input g_in")
+
+
+def test_a_kernel_that_tells_the_sampled_run_by_its_own_slice_s_values_is_wrong_there(worker) -> None:
+    honest = graded(worker, "first_add", RECOGNISER.replace("!fixed_steps", "fixed_steps"))
+    assert honest.status is Status.CORRECT and at_scale(honest).passed, honest.message
+    # It shares its work out in the sampled run too: reading its neighbours' slices, it crashes or sums wrong.
+    for result in (graded(worker, "first_add", RECOGNISER), analysed("first_add", RECOGNISER)):
+        assert result.status in (Status.INCORRECT, Status.CRASHED), result.message
+        assert AT_TIMING_SIZE in result.message and result.hint == AT_SCALE_HINT
+
+
+@pytest.mark.parametrize("seed", [0, 1, 20261127, 2**63 - 1])
+def test_the_sampled_run_s_input_has_no_pattern_from_one_value_to_the_next(seed) -> None:
+    # As a timed call's random input: no step between neighbours more common than chance, no correlation.
+    first, later = values(np.arange(1 << 16), seed), values(np.arange(1 << 16), seed, stands_for=512)
+    timed = draw("random", 1 << 16, seed)
+    for data in (first, timed):
+        steps = np.diff(np.round((data + 0.75) * 2**23).astype(np.int64)) % 2**24
+        assert np.unique(steps, return_counts=True)[1].max() <= 3
+    for data in (first, later, timed):
+        assert abs(np.corrcoef(data[:-1], data[1:])[0, 1]) < 0.02
 
 
 def test_a_later_pass_that_tells_a_timed_call_by_its_values_is_wrong_there(worker) -> None:

@@ -219,7 +219,7 @@ class CpuBackend(Backend):
         rt.ag_alloc.restype = ctypes.c_void_p
         rt.ag_alloc.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
         rt.ag_free.argtypes = [ctypes.c_void_p]
-        rt.ag_run_only.argtypes = [ctypes.POINTER(ctypes.c_longlong), ctypes.c_longlong]
+        rt.ag_run_only.argtypes = [ctypes.POINTER(ctypes.c_longlong), ctypes.c_longlong, ctypes.c_int]
         rt.ag_launch.argtypes = [ctypes.POINTER(_Launch)]
         rt.ag_watch_variables.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         rt.ag_finding.restype = ctypes.POINTER(_Finding)
@@ -358,9 +358,9 @@ class CpuBackend(Backend):
             _protect(buffer.handle + start, min(guarded, -(-last * 4 // page) * page) - start,
                      mmap.PROT_READ | mmap.PROT_WRITE)
 
-    def run_only(self, blocks: Sequence[int]) -> None:
+    def run_only(self, blocks: Sequence[int], measured: bool = True) -> None:
         chosen = (ctypes.c_longlong * len(blocks))(*(int(b) for b in blocks))
-        self._runtime.ag_run_only(chosen, len(blocks))
+        self._runtime.ag_run_only(chosen, len(blocks), int(measured))
 
     def synchronize(self) -> None:
         """Launches run synchronously; there is nothing to wait for."""

@@ -294,7 +294,7 @@ def compile_kernel(
         failed = next((result for result in compiled if result.returncode != 0), None)
         if failed is not None:
             raise _compile_error(failed.stderr, source)
-        linked = run([toolchain.compiler, "-shared", "checked.o", *link, "-o", "checked.so"])
+        linked = run([toolchain.compiler, "-shared", "checked.o", *link, *WRAPPED, "-o", "checked.so"])
         if linked.returncode != 0:
             raise _compile_error(linked.stderr, source)
         libraries = [f"{name}.so" for name in files]
@@ -310,6 +310,8 @@ def compile_kernel(
 
 COMPILE_SECONDS = 60.0
 PRELUDE = "ag_prelude.h"
+# The C library's copies, which the instrumented build calls through the runtime's checked wrappers.
+WRAPPED = ("-Wl,--wrap=memcpy", "-Wl,--wrap=memmove")
 
 
 def prelude_flags(folder: Path = RUNTIME_DIR) -> tuple[str, ...]:
@@ -341,13 +343,13 @@ FORBIDDEN_IMPORT = re.compile(
 )
 
 
-# Imports whose memory accesses the bounds checks still see: the runtime's hooks, the thread-index variables, what
-# the compiler adds, and math functions that write through no pointer. Any other (memcpy, memset, malloc,
-# printf, frexpf, ...) may write where no check looks, so a kernel that calls one is not trusted to have done
-# no more than the stray reads it was seen making (Finding.reads_only).
+# Imports whose memory accesses the bounds checks still see: the runtime's hooks (memcpy and memmove among them,
+# through its wrappers: WRAPPED), the thread-index variables, what the compiler adds, and math functions that write
+# through no pointer. Any other (memset, malloc, printf, frexpf, ...) may write where no check looks, so a kernel
+# that calls one is not trusted to have done no more than the stray reads it was seen making (Finding.reads_only).
 CHECKED_IMPORT = re.compile(
-    r"^(__tsan_\w+|__sanitizer_cov_\w+|__ag_\w+|blockIdx|threadIdx|blockDim|gridDim|__gmon_start__|_ITM_\w+|"
-    r"__cxa_finalize|(a?(sin|cos|tan)h?|atan2|exp(2|10|m1)?|log(2|10|1p|b)?|pow|r?sqrt|cbrt|hypot|"
+    r"^(__tsan_\w+|__sanitizer_cov_\w+|__ag_\w+|__wrap_mem(cpy|move)|blockIdx|threadIdx|blockDim|gridDim|"
+    r"__gmon_start__|_ITM_\w+|__cxa_finalize|(a?(sin|cos|tan)h?|atan2|exp(2|10|m1)?|log(2|10|1p|b)?|pow|r?sqrt|cbrt|hypot|"
     r"f(max|min|abs|mod|dim|ma)|floor|ceil|l?l?round|l?l?rint|nearbyint|trunc|remainder|ldexp|scalbl?n|copysign|"
     r"erfc?|tgamma|ilogb|nextafter)[fl]?)$"
 )
