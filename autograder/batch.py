@@ -277,8 +277,8 @@ def grade_class(
 
     `on_student(student, done, total)` is called as each student's result is written, in the order they
     finish. Results are written one by one as they come, so a run that is stopped keeps what it finished, and
-    `--resume` (spread.resume) takes up where it stopped; the class table (grades.csv) follows at most a second
-    behind, and holds every student at the end.
+    `--resume` (spread.resume) takes up where it stopped; the class table (grades.csv, graded.txt) is written again
+    at most once a second as students finish, and in full when the run ends or is stopped.
     """
     out.mkdir(parents=True, exist_ok=True)
     discovery = discover(folder, assignment, out)
@@ -344,8 +344,10 @@ def grade_class(
             lost_workers = run(grade_submission, [(*task, sessions) for task in tasks], workers=spread.workers,
                                scheduler=spread.scheduler, gpu_tasks=gpu_tasks, on_result=record, on_lost=lost)
         finally:
-            close_kept()  # the workers this process kept for its next student (a cluster's end with its processes)
-            write_class_table(_by_student(results), out)
+            try:
+                close_kept()  # the workers this process kept for its next student (a cluster's end with its processes)
+            finally:
+                write_class_table(_by_student(results), out)
     if failures:
         write_json(out / f"{FAILURES_STEM}.json", [{"student": s, "error": e} for s, e in failures])
     return ClassRun(_by_student(results), tuple(sorted(failures)), out, discovery.skipped, lost_workers)

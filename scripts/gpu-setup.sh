@@ -56,8 +56,9 @@ gpu_setup() {
     # The same for numpy where it comes with the machine's Python (not from $wheels), and for the grader's own
     # package, whose folder a sandboxed worker also sees read-only (PYTHONDONTWRITEBYTECODE may be set here).
     local numpy_dir
-    numpy_dir=$(PYTHONPATH="$site" python3 -c 'import numpy, os; print(os.path.dirname(numpy.__file__))') || return 1
-    python3 -m compileall -q -j 0 "$numpy_dir" autograder >/dev/null || echo "gpu-setup: no bytecode written in $numpy_dir"
+    numpy_dir=$(PYTHONPATH="$site" python3 -c 'import numpy, os; print(os.path.dirname(numpy.__file__))')
+    python3 -m compileall -q -j 0 ${numpy_dir:+"$numpy_dir"} autograder >/dev/null \
+        || echo "gpu-setup: some bytecode not written (numpy: ${numpy_dir:-not found}; autograder/)" >&2
 
     # The sandbox (bubblewrap) from its carried Debian package, unpacked into a folder of its own.
     local deb

@@ -969,7 +969,7 @@ __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     float nan = g_in[0], big = g_in[1], small = g_in[2], half = g_in[3], huge = g_in[4], zero = g_in[5];
     g_out[0] = __saturatef(nan);
-    g_out[1] = __saturatef(-zero);
+    g_out[1] = __saturatef(-half);
     g_out[2] = __saturatef(3.0f * half);
     g_out[3] = __int_as_float(__float2int_rz(nan));
     g_out[4] = __int_as_float(__float2int_rz(big));
@@ -1006,9 +1006,9 @@ def test_a_copy_of_a_size_the_compiler_cannot_see_is_checked(cpu: CpuBackend) ->
 __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
     extern __shared__ float sdata[];
     unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
-    float v = 0.0f;
-    if (i < n) memcpy(&v, g_in + i, (blockDim.x >> 6) * (tid == 0 && blockIdx.x == gridDim.x - 1 ? 2u : 1u));
-    sdata[tid] = v;
+    float v[2] = {0.0f, 0.0f};
+    if (i < n) memcpy(v, g_in + i, (blockDim.x >> 6) * (tid == 0 && blockIdx.x == gridDim.x - 1 ? 2u : 1u));
+    sdata[tid] = v[0];
     __syncthreads();
     for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
         if (tid < s) sdata[tid] += sdata[tid + s];
@@ -1025,3 +1025,37 @@ __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
     reduce_unchecked(cpu, kernel, np.ones(257, np.float32), (257,))
     found = [finding for finding in cpu.findings() if finding.kind == "out_of_bounds"]
     assert found and found[0].line == 6, found
+
+
+@pytest.mark.parametrize("value, expected", [
+    (2147483648.0, 2**31 - 1), (-2147483648.0, -(2**31)), (-2147483904.0, -(2**31)), (float("inf"), 2**31 - 1),
+    (float("-inf"), -(2**31)), (-0.4, 0), (0.5, 0), (1.5, 2), (-2.5, -2),
+])
+def test_a_float_converted_to_an_integer_rounds_and_saturates_as_on_a_gpu(cpu: CpuBackend, value, expected) -> None:
+    code = r"""
+__global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) g_out[0] = __int_as_float(__float2int_rn(g_in[0]));
+}
+"""
+    kernel = cpu.compile(KernelSource(code), get_stage("naive"))
+    data, out = cpu.upload(np.array([value], np.float32)), cpu.alloc(1)
+    try:
+        cpu.launch(kernel, (1, 1), (32, 1), 128, (data, out, 1))
+        assert int(cpu.download(out).view(np.int32)[0]) == expected
+    finally:
+        cpu.free(data)
+        cpu.free(out)
+
+
+def test_a_kernel_that_allocates_is_refused(cache_dir: Path) -> None:
+    """Memory from malloc or new is watched by no check: state kept there between launches would go unseen, and a
+    kernel could use up the worker's address space until the checks cannot be made (review)."""
+    reference = kernel_path("naive").read_text()
+    store = "g_out[blockIdx.x] = sdata[0];"
+    for allocation in ("malloc(64)", "new float[16]"):
+        kept = f"{{ volatile float *p = (volatile float *){allocation}; p[0] = sdata[0]; {store} }}"
+        code = reference.replace(store, kept)
+        assert code != reference
+        with pytest.raises(CompileError, match="which kernel code may not use"):
+            compiler.build_shared_objects(compiler.prepare_toolchain(cache=cache_dir), get_stage("naive"),
+                                          KernelSource(code), Sandbox())

@@ -338,6 +338,8 @@ class CpuBackend(Backend):
         status = self._runtime.ag_launch(ctypes.byref(launch))
         if status == -2:  # the machine's doing, not the kernel's: a grader failure, never a pass unchecked
             why = self._runtime.ag_error().decode()
+            self._runtime.ag_clear_findings()  # what it saw belongs to no verdict: none is given
+            self._findings.clear()
             raise BackendUnavailable(f"the CPU backend could not check {compiled.name}: {why}")
         if status < 0:
             raise KernelFault(f"{compiled.name}: {self._runtime.ag_error().decode()}")

@@ -50,6 +50,7 @@ COMMON_FLAGS = (
 # The instrumented build calls the runtime's hooks at every memory access and basic block. The ThreadSanitizer
 # library itself is never linked: the runtime (runtime/ag_runtime.cpp) defines the hooks.
 CHECK_FLAGS = (
+    "-U_FORTIFY_SOURCE",  # a toolchain that fortifies by default would turn memcpy into __memcpy_chk, unwrapped
     "-fsanitize=thread",
     "--param=tsan-instrument-func-entry-exit=0",
     "--param=tsan-distinguish-volatile=1",
@@ -249,7 +250,7 @@ def compile_kernel(
         source.text, lambda text: _preprocess(toolchain, sandbox, text, source), SOURCE_NAME
     )
     text = rewritten.text + entry_code(stage, ENTRY_LINE)
-    key = _digest(toolchain.key, text, " ".join(COMMON_FLAGS + CHECK_FLAGS), "" if fast else "checked only")
+    key = _digest(toolchain.key, text, " ".join(COMMON_FLAGS + CHECK_FLAGS + WRAPPED), "" if fast else "checked only")
     checked = toolchain.cache / f"k-{key}-checked.so"
     plain = toolchain.cache / f"k-{key}-fast.so" if fast else checked
     manifest = toolchain.cache / f"k-{key}.json"
@@ -339,14 +340,18 @@ def _preprocess(toolchain: Toolchain, sandbox: Sandbox, text: str, source: Kerne
 # sees what the linker saw, whatever macros built the names. The sandbox and seccomp stop them regardless.
 FORBIDDEN_IMPORT = re.compile(
     r"^(ag_\w+|system|popen|exec\w*|posix_spawn\w*|fork|vfork|clone\w*|dlopen|dlmopen|dlsym|dlvsym|syscall|"
-    r"socket|connect|ptrace|kill|raise|mprotect|pthread_create)$"
+    r"socket|connect|ptrace|kill|raise|mprotect|pthread_create|"
+    # Allocation: memory no check watches, where a kernel could keep state between launches or use up the worker's
+    # address space until its checks cannot be made (review).
+    r"malloc|calloc|realloc|reallocarray|free|aligned_alloc|posix_memalign|memalign|valloc|_Zn[wa]\w*|_Zd[la]\w*)$"
 )
 
 
-# Imports whose memory accesses the bounds checks still see: the runtime's hooks (memcpy and memmove among them,
-# through its wrappers: WRAPPED), the thread-index variables, what the compiler adds, and math functions that write
-# through no pointer. Any other (memset, malloc, printf, frexpf, ...) may write where no check looks, so a kernel
-# that calls one is not trusted to have done no more than the stray reads it was seen making (Finding.reads_only).
+# Imports whose memory accesses the bounds checks still see: the runtime's hooks (the instrumented build's memcpy
+# and memmove among them, through its wrappers: WRAPPED), the thread-index variables, what the compiler adds, and
+# math functions that write through no pointer. Any other (memset, printf, frexpf, and the plain build's memcpy,
+# ...) may write where no check looks, so a kernel that calls one is not trusted to have done no more than the stray
+# reads it was seen making (Finding.reads_only).
 CHECKED_IMPORT = re.compile(
     r"^(__tsan_\w+|__sanitizer_cov_\w+|__ag_\w+|__wrap_mem(cpy|move)|blockIdx|threadIdx|blockDim|gridDim|"
     r"__gmon_start__|_ITM_\w+|__cxa_finalize|(a?(sin|cos|tan)h?|atan2|exp(2|10|m1)?|log(2|10|1p|b)?|pow|r?sqrt|cbrt|hypot|"

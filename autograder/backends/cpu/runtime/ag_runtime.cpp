@@ -1435,7 +1435,7 @@ int ag_launch(const AgLaunch *launch) {
     }
     g.checking = g.measuring = false;
     std::fflush(stdout);  // a kernel's printf shows at the end of the launch, as on a GPU
-    if (status == 0 && !g.unchecked.empty()) {
+    if (status == 0 && !g.unchecked.empty()) {  // a deadlock is the kernel's verdict, whatever was left unchecked
         g.error = g.unchecked;
         return -2;
     }
