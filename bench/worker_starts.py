@@ -21,14 +21,20 @@ from autograder.sandbox import Sandbox
 
 
 def started(count: int, backend: str) -> list[float]:
-    """Seconds from the start of all to each worker's readiness, in order."""
+    """Seconds from the start of all to each worker's readiness, in order; a worker that cannot start ends the
+    benchmark with its reason, so that no figure stands for fewer workers than it says."""
     options = {"device_index": 0} if backend == "gpu" else {}
     workers = [Worker(backend, options, Sandbox(True)) for _ in range(count)]
     began = time.perf_counter()
     ready: list[float] = []
+    failures: list[BaseException] = []
 
     def start(worker: Worker) -> None:
-        worker.start()
+        try:
+            worker.start()
+        except BaseException as error:  # noqa: BLE001 (reported below, in the main thread)
+            failures.append(error)
+            return
         ready.append(time.perf_counter() - began)
 
     threads = [threading.Thread(target=start, args=(worker,)) for worker in workers]
@@ -40,6 +46,8 @@ def started(count: int, backend: str) -> list[float]:
     finally:
         for worker in workers:
             worker.close()
+    if failures:
+        raise SystemExit(f"{len(failures)} of {count} {backend} workers did not start: {failures[0]}")
     return sorted(ready)
 
 
@@ -57,7 +65,7 @@ def main() -> None:
         if backend == "cpu":
             settings.append(("cpu", "cpu", None))
         elif gpu_count():
-            settings.append(("gpu, every GPU seen", "gpu", None))
+            settings.append(("gpu, every GPU it sees", "gpu", None))
             if gpu_count() > 1:
                 settings.append(("gpu, CUDA_VISIBLE_DEVICES=0", "gpu", "0"))
     if not settings:
