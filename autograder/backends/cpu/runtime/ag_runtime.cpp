@@ -1234,18 +1234,17 @@ void __tsan_write_range(void *a, unsigned long size) {
 // A kernel's calls of memcpy and memmove, which the instrumented build links here (-Wl,--wrap): GCC's
 // instrumentation leaves a copy whose size it cannot see to the C library, where no hook saw its accesses (a
 // __device__ flag read through memcpy was state kept between launches that no check found: red team).
+static void copy_access(void *to, const void *from, std::size_t size, void *return_address) {
+    if (!size) return;
+    on_access(const_cast<void *>(from), size, false, false, return_address);
+    on_access(to, size, true, false, return_address);
+}
 void *__wrap_memcpy(void *to, const void *from, std::size_t size) {
-    if (size) {
-        on_access(const_cast<void *>(from), size, false, false, __builtin_return_address(0));
-        on_access(to, size, true, false, __builtin_return_address(0));
-    }
+    copy_access(to, from, size, __builtin_return_address(0));
     return std::memcpy(to, from, size);
 }
 void *__wrap_memmove(void *to, const void *from, std::size_t size) {
-    if (size) {
-        on_access(const_cast<void *>(from), size, false, false, __builtin_return_address(0));
-        on_access(to, size, true, false, __builtin_return_address(0));
-    }
+    copy_access(to, from, size, __builtin_return_address(0));
     return std::memmove(to, from, size);
 }
 void __tsan_init(void) {}
@@ -1274,8 +1273,8 @@ void ag_configure(int metrics_blocks, long long full_check_threads, int sample_b
     g.sample_blocks = sample_blocks;
 }
 
-// The launches that follow run only these blocks (linear numbers), each checked and measured, until called with
-// none: the timing size's analysis, where the grader draws the blocks (autograder.at_scale).
+// The launches that follow run only these blocks (linear numbers), each checked, and measured where `measured`,
+// until called with none: the timing size's analysis, where the grader draws the blocks (autograder.at_scale).
 void ag_run_only(const long long *blocks, long long count, int measured) {
     g.only.assign(blocks, blocks + count);
     g.only_measured = measured != 0;
