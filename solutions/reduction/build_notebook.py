@@ -122,7 +122,7 @@ The grader launches your kernels itself. Write them for exactly this launch.
   `n-1` (a thread with nothing to load contributes 0, the identity of a sum). The grader puts values that spoil
   the sum after the end of every input, and checks that nothing is written past the end of every output.
 * What a kernel may call: `+`, `fmaxf`, `fminf`, `fabsf`, `sqrtf` and the other exact math, warp and atomic
-  functions, `printf`. Approximate or transcendental math (`expf`, `__expf`, `__fdividef`, `rsqrtf`, `sinf`,
+  functions, `printf`. It allocates nothing (`malloc` and `new` are refused). Approximate or transcendental math (`expf`, `__expf`, `__fdividef`, `rsqrtf`, `sinf`,
   ...) and the clocks (`clock()`, `clock64()`) are refused: the grader also runs your kernel on its CPU, where
   they give other bits than on a GPU, and a reduction needs none of them. `__CUDA_ARCH__` may be read only in
   an `#if`.
