@@ -374,3 +374,15 @@ def test_a_kernel_cannot_reach_the_classs_compute_sanitizer_sessions() -> None:
             seen, reached = worker.call(try_to_reach, host.address.path, timeout=60)
         assert Path(host.address.path).exists()  # it is there, outside the sandbox
     assert not seen and reached.startswith("refused"), reached
+
+
+def test_a_kernel_that_allocates_is_refused() -> None:
+    """Memory from malloc or new is watched by no check: state kept there between launches would go unseen, and a
+    kernel could use up the worker's address space until the checks cannot be made (review)."""
+    store = "g_out[blockIdx.x] = sdata[0];"
+    for allocation in ("malloc(64)", "new float[16]"):
+        kept = f"{{ volatile float *p = (volatile float *){allocation}; p[0] = sdata[0]; {store} }}"
+        code = REFERENCE.replace(store, kept)
+        assert code != REFERENCE
+        with pytest.raises(CompileError, match="which kernel code may not use"):
+            build_shared_objects(prepare_toolchain(), NAIVE, KernelSource(code), Sandbox())
