@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -960,10 +961,28 @@ for count in (1 << 16, 1 << 26):
     assert "were not checked" in large
 
 
-def test_the_exact_intrinsics_give_a_gpu_s_answers_for_nan_and_values_out_of_range(cpu: CpuBackend) -> None:
+@pytest.fixture(scope="module", params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def either(request: pytest.FixtureRequest, cpu: CpuBackend) -> Iterator[Backend]:
+    """The CPU backend, and on the GPU machine a real GPU too: the tests that say the CPU backend answers as a GPU
+    does run the same kernel on both."""
+    if request.param == "cpu":
+        yield cpu
+        return
+    from autograder.backends.gpu import GpuBackend
+
+    try:
+        gpu = GpuBackend()
+    except BackendUnavailable as error:
+        pytest.skip(str(error))
+    yield gpu
+    gpu.close()
+
+
+def test_the_exact_intrinsics_give_a_gpu_s_answers_for_nan_and_values_out_of_range(either: Backend) -> None:
     """x86 answers these otherwise (a conversion out of range gives 0x80000000), so a kernel could tell the CPU
     backend from a GPU by them and keep its cheats to the GPU (red team). The GPU's answers are PTX cvt's: .sat
-    flushes NaN to +0; a conversion to an integer saturates, and NaN converts to 0."""
+    flushes NaN to +0; a conversion to an integer saturates, and NaN converts to 0. The gpu-marked case runs the
+    kernel on a real GPU against the same expected bits."""
     code = r"""
 __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
@@ -985,15 +1004,15 @@ __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
     g_out[14] = __int_as_float(__float2int_rz(-2.5f * half));
 }
 """
-    kernel = cpu.compile(KernelSource(code), get_stage("naive"))
+    kernel = either.compile(KernelSource(code), get_stage("naive"))
     inputs = np.array([np.nan, 3e9, -3e9, 0.5, 5e9, 0.0], np.float32)
-    data, out = cpu.upload(inputs), cpu.alloc(15)
+    data, out = either.upload(inputs), either.alloc(15)
     try:
-        cpu.launch(kernel, (1, 1), (32, 1), 128, (data, out, inputs.size))
-        got = cpu.download(out).view(np.uint32).tolist()
+        either.launch(kernel, (1, 1), (32, 1), 128, (data, out, inputs.size))
+        got = either.download(out).view(np.uint32).tolist()
     finally:
-        cpu.free(data)
-        cpu.free(out)
+        either.free(data)
+        either.free(out)
     int_bits = [value & 0xFFFFFFFF for value in (0, 2**31 - 1, -(2**31), 0, 2**31 - 1, -(2**31), 2)]
     floats = np.array([0.0, 0.0, 1.0], np.float32).view(np.uint32).tolist()
     assert got == [*floats, *int_bits, 0, 0xFFFFFFFF, 0, 0, (-1) & 0xFFFFFFFF]
@@ -1031,17 +1050,17 @@ __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
     (2147483648.0, 2**31 - 1), (-2147483648.0, -(2**31)), (-2147483904.0, -(2**31)), (float("inf"), 2**31 - 1),
     (float("-inf"), -(2**31)), (-0.4, 0), (0.5, 0), (1.5, 2), (-2.5, -2),
 ])
-def test_a_float_converted_to_an_integer_rounds_and_saturates_as_on_a_gpu(cpu: CpuBackend, value, expected) -> None:
+def test_a_float_converted_to_an_integer_rounds_and_saturates_as_on_a_gpu(either: Backend, value, expected) -> None:
     code = r"""
 __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
     if (blockIdx.x == 0 && threadIdx.x == 0) g_out[0] = __int_as_float(__float2int_rn(g_in[0]));
 }
 """
-    kernel = cpu.compile(KernelSource(code), get_stage("naive"))
-    data, out = cpu.upload(np.array([value], np.float32)), cpu.alloc(1)
+    kernel = either.compile(KernelSource(code), get_stage("naive"))
+    data, out = either.upload(np.array([value], np.float32)), either.alloc(1)
     try:
-        cpu.launch(kernel, (1, 1), (32, 1), 128, (data, out, 1))
-        assert int(cpu.download(out).view(np.int32)[0]) == expected
+        either.launch(kernel, (1, 1), (32, 1), 128, (data, out, 1))
+        assert int(either.download(out).view(np.int32)[0]) == expected
     finally:
-        cpu.free(data)
-        cpu.free(out)
+        either.free(data)
+        either.free(out)
