@@ -8,12 +8,11 @@ before it is used (see the backends' build functions).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import replace
 from pathlib import Path
@@ -45,32 +44,76 @@ class Builder:
     def __init__(self, device: DeviceInfo, sandbox: Sandbox, options: dict[str, Any] | None = None) -> None:
         self.device = device
         self.sandbox = sandbox
-        self._build = _build_function(device, sandbox, options or {})
+        self._build, self._build_together = _build_functions(device, sandbox, options or {})
         self._builds: dict[tuple[str, str], Future[Build]] = {}
         self._lock = threading.Lock()
 
     def build(self, stage: Stage, source: KernelSource) -> Build:
         """The Build of `source` for `stage`. Raises CompileError (policy, compiler, or no kernel of the stage's
         name and signature in what it built) or KernelTimeout. A build another thread started is waited for."""
-        key = (stage.id, source.text)
-        with self._lock:
-            future = self._builds.get(key)
-            mine = future is None
-            if future is None:
-                future = self._builds[key] = Future()
+        future, mine = self._future(stage, source)
         if mine:
-            try:
-                with cpu_slot():
-                    check_source(source, self.sandbox, self.device)
-                    built = self._build(stage, source)
-                    if _check_kernel(stage, built) == stage.kernel_name:
-                        self._check_parameters(stage, source)
-                future.set_result(built)
-            except BaseException as error:
-                future.set_exception(error)  # the same error for every later call: nothing compiles twice
+            self._make(stage, source, future)
         built = future.result()
         # The same text from another cell: the same bytes, this cell's lines in messages.
         return built if built.source == source else _relocated(built, source)
+
+    def start(self, items: Sequence[tuple[Stage, KernelSource]], pool: Executor) -> None:
+        """Begin building these stages in `pool`, so that each build is ready (or its error known) when `build`
+        asks for it: on the GPU in one nvcc run where they allow it (autograder.backends.gpu_batch), the rest
+        each alone."""
+        claimed = [(stage, source, future) for stage, source in items for future, mine in [self._future(stage, source)]
+                   if mine]
+        if self.device.backend == "gpu" and len(claimed) > 1:
+            pool.submit(self._make_together, claimed, pool)
+        else:
+            for stage, source, future in claimed:
+                pool.submit(self._make, stage, source, future)
+
+    def _make_together(self, claimed: list[tuple[Stage, KernelSource, Future[Build]]], pool: Executor) -> None:
+        checked = []
+        for stage, source, future in claimed:
+            try:
+                with cpu_slot():
+                    check_source(source, self.sandbox, self.device)
+                checked.append((stage, source, future))
+            except BaseException as error:
+                future.set_exception(error)
+        try:
+            with cpu_slot():
+                together = self._build_together([(stage, source) for stage, source, _ in checked])
+        except Exception:  # a batch that fails is never a stage's verdict: each stage is then built alone
+            together = {}
+        for stage, source, future in checked:
+            if stage.id in together:
+                future.set_result(together[stage.id])
+            else:
+                try:
+                    pool.submit(self._make, stage, source, future, checked=True)
+                except RuntimeError:  # the pool is closing (the student's grading ended early)
+                    self._make(stage, source, future, checked=True)
+
+    def _future(self, stage: Stage, source: KernelSource) -> tuple[Future[Build], bool]:
+        """The build's future, and whether the caller made it (and so must build it)."""
+        key = (stage.id, source.text)
+        with self._lock:
+            future = self._builds.get(key)
+            if future is not None:
+                return future, False
+            future = self._builds[key] = Future()
+            return future, True
+
+    def _make(self, stage: Stage, source: KernelSource, future: Future[Build], checked: bool = False) -> None:
+        try:
+            with cpu_slot():
+                if not checked:
+                    check_source(source, self.sandbox, self.device)
+                built = self._build(stage, source)
+                if _check_kernel(stage, built) == stage.kernel_name:
+                    self._check_parameters(stage, source)
+            future.set_result(built)
+        except BaseException as error:
+            future.set_exception(error)  # the same error for every later call: nothing compiles twice
 
     def _check_parameters(self, stage: Stage, source: KernelSource) -> None:
         """An `extern "C"` kernel's symbol names no parameter types, and a launch with the contract's would read
@@ -80,9 +123,6 @@ class Builder:
         except CompileError:
             raise _contract_error(stage, source, stage.wrong_parameters_message()) from None
 
-    def start(self, stage: Stage, source: KernelSource, pool: Executor) -> None:
-        """Begin building in `pool`, so that the build is ready (or its error known) when `build` asks for it."""
-        pool.submit(_quietly, self.build, stage, source)
 
 
 def reference_build(device: DeviceInfo, sandbox: Sandbox, stage_id: str) -> Build:
@@ -96,11 +136,6 @@ def reference_build(device: DeviceInfo, sandbox: Sandbox, stage_id: str) -> Buil
 @functools.cache
 def _reference_build(device: DeviceInfo, sandbox: Sandbox, stage_id: str, text: str) -> Build:
     return Builder(device, sandbox).build(get_stage(stage_id), KernelSource(text))
-
-
-def _quietly(build: Callable[[Stage, KernelSource], Build], stage: Stage, source: KernelSource) -> None:
-    with contextlib.suppress(Exception):  # kept for `build`, which raises it where the stage is graded
-        build(stage, source)
 
 
 def defined_symbols(binary: bytes) -> frozenset[str]:
@@ -158,20 +193,27 @@ def _relocated(build: Build, source: KernelSource) -> Build:
     return replace(build, source=source, warnings=tuple(replace(m, line=moved(m.line)) for m in build.warnings))
 
 
-def _build_function(device: DeviceInfo, sandbox: Sandbox, options: dict[str, Any]) -> BuildFunction:
+def _build_functions(
+    device: DeviceInfo, sandbox: Sandbox, options: dict[str, Any]
+) -> tuple[BuildFunction, Callable[[Sequence[tuple[Stage, KernelSource]]], dict[str, Build]]]:
+    """How the device builds a stage, and how it builds several at once (those it can, by stage)."""
     if device.backend == "gpu":
-        from autograder.backends.gpu import build_cubin, find_nvcc
+        from autograder.backends import gpu_batch
+        from autograder.backends.gpu import NVCC_OPTIONS, build_cubin, find_nvcc
 
         nvcc = find_nvcc()
         if nvcc is None:
             raise BackendUnavailable("the GPU backend needs nvcc, the CUDA compiler, on the PATH or in CUDA_ROOT")
         major, minor = (device.compute_capability or "0.0").split(".")
         arch = f"sm_{major}{minor}"
-        return lambda stage, source: build_cubin(stage, source, nvcc, arch, sandbox)
+        return (
+            lambda stage, source: build_cubin(stage, source, nvcc, arch, sandbox),
+            lambda items: gpu_batch.build_together(items, nvcc, arch, sandbox, NVCC_OPTIONS),
+        )
     from autograder.backends.cpu.compiler import build_shared_objects, prepare_toolchain
 
     cache = options.get("cache_dir")
     fibers = dict(device.versions).get("fibers", "auto")
     toolchain = prepare_toolchain(fibers, Path(cache) if cache else None, options.get("compiler"))
     fast = not options.get("analysis")
-    return lambda stage, source: build_shared_objects(toolchain, stage, source, sandbox, fast)
+    return lambda stage, source: build_shared_objects(toolchain, stage, source, sandbox, fast), lambda items: {}

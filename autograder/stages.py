@@ -78,6 +78,10 @@ class Stage:
         """The C++ symbol of the kernel when it is compiled as C++ (no extern "C")."""
         return f"_Z{len(self.kernel_name)}{self.kernel_name}{_MANGLED_PARAMS[self.shape]}"
 
+    def mangled_in(self, namespace: str) -> str:
+        """The kernel's C++ symbol where it is declared in `namespace` (autograder.backends.gpu_batch)."""
+        return f"_ZN{len(namespace)}{namespace}{len(self.kernel_name)}{self.kernel_name}E{_MANGLED_PARAMS[self.shape]}"
+
     @property
     def symbols(self) -> tuple[str, str]:
         """The names every backend looks the compiled kernel up by, in order: the C++ symbol, which holds the

@@ -1,5 +1,5 @@
-"""What nvcc costs a student's seven stages: seven runs, as the grader compiles them, against one run of all seven,
-each stage in a namespace of its own (a design not built: README, "Where the time goes").
+"""What nvcc costs a student's seven stages: seven runs, one a stage, against the one run that the grader makes of
+them, each stage in a namespace of its own (autograder.backends.gpu_batch).
 
     .venv/bin/python bench/nvcc_batch.py [--rounds 3] [--arch sm_90]
 
@@ -17,9 +17,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from autograder.backends import gpu_batch
 from autograder.backends.gpu import NVCC_OPTIONS, find_nvcc
 from autograder.references import reference_source
-from autograder.stages import REQUIRED_STAGE_IDS
+from autograder.stages import REQUIRED_STAGE_IDS, Stage, get_stage
 
 
 def core_seconds(argv: list[str], folder: Path) -> float:
@@ -30,15 +31,11 @@ def core_seconds(argv: list[str], folder: Path) -> float:
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def batched(texts: dict[str, str]) -> str:
-    """Every stage's source in a namespace of its own, each starting at its own line 1 of kernel.cu."""
-    return "".join(f'namespace ag_{stage} {{\n#line 1 "kernel.cu"\n{text}\n}}\n' for stage, text in texts.items())
-
-
 def entries(ptx: str) -> dict[str, str]:
-    """Each kernel's PTX body by the kernel's own name, with every symbol name and source position left out."""
+    """Each kernel's PTX body by its symbol, with every symbol name and source position left out."""
     found = {}
-    variable = r"^\s*(?:\.extern\s+|\.visible\s+|\.weak\s+)*\.(?:shared|global|const)\b.*?([\w$]+)(?:\[\d*\])?;"
+    variable = (r"^\s*(?:\.extern\s+|\.visible\s+|\.weak\s+)*\.(?:shared|global|const)\b.*?([\w$]+)(?:\[\d*\])?"
+                r"\s*(?:=[^;]*)?;")
     declared = re.findall(variable, ptx, flags=re.MULTILINE)
     for match in re.finditer(r"\.entry\s+(\S+?)\(", ptx):
         start = ptx.index("{", match.end())
@@ -51,21 +48,14 @@ def entries(ptx: str) -> dict[str, str]:
         body = re.sub(r"\b_Z\w+|\$L__\w+", "NAME", body)
         for name in declared:  # the module's own variables (`sdata` alone, `_ZN8ag_naive5sdataE` in a namespace)
             body = re.sub(rf"(?<![\w$]){re.escape(name)}(?![\w$])", "NAME", body)
-        found[unnested(match[1])] = " ".join(body.split())
+        found[match[1]] = " ".join(body.split())
     return found
 
 
-def unnested(symbol: str) -> str:
-    """A mangled name in a namespace (`_ZN8ag_naive12reduce_naiveEPKfPfj`) as it is outside one."""
-    if not symbol.startswith("_ZN"):
-        return symbol
-    at, parts = 3, []
-    while symbol[at].isdigit():
-        length = re.match(r"\d+", symbol[at:])[0]
-        at += len(length)
-        parts.append(symbol[at : at + int(length)])
-        at += int(length)
-    return f"_Z{len(parts[-1])}{parts[-1]}{symbol[at + 1:]}"  # past the E that ends the nested name
+def kernels(ptx: str, stage: Stage | None = None) -> list[str]:
+    """The bodies of a module's kernels, in order, or of those in `stage`'s namespace of a batch."""
+    namespace = gpu_batch.namespace_of(stage) if stage else ""
+    return sorted(body for name, body in entries(ptx).items() if f"{len(namespace)}{namespace}" in name or not stage)
 
 
 def main() -> None:
@@ -82,7 +72,8 @@ def main() -> None:
         folder = Path(directory)
         for stage, text in texts.items():
             (folder / f"{stage}.cu").write_text(text)
-        (folder / "all.cu").write_text(batched(texts))
+        together_text = gpu_batch.source([(get_stage(s), t, gpu_batch.plan(t)) for s, t in texts.items()])
+        (folder / "all.cu").write_text(together_text)
         each, together = [], []
         for _ in range(args.rounds):
             each.append(sum(core_seconds([nvcc, "--cubin", *options, "-o", f"{s}.cubin", f"{s}.cu"], folder)
@@ -93,11 +84,11 @@ def main() -> None:
         for stage in texts:
             subprocess.run([nvcc, "-ptx", *options, "-o", f"{stage}.ptx", f"{stage}.cu"], cwd=folder, check=True)
         subprocess.run([nvcc, "-ptx", *options, "-o", "all.ptx", "all.cu"], cwd=folder, check=True)
-        together_ptx = entries((folder / "all.ptx").read_text())
+        together_ptx = (folder / "all.ptx").read_text()
         for stage in texts:
-            for name, body in entries((folder / f"{stage}.ptx").read_text()).items():
-                same = together_ptx.get(name) == body
-                print(f"  {stage:<16} {name:<36} PTX {'the same but for names' if same else 'DIFFERENT'}")
+            alone = kernels((folder / f"{stage}.ptx").read_text())
+            same = alone == kernels(together_ptx, get_stage(stage))
+            print(f"  {stage:<16} {len(alone)} kernel(s), PTX {'the same but for names' if same else 'DIFFERENT'}")
 
 
 if __name__ == "__main__":

@@ -237,7 +237,7 @@ class GpuBackend(Backend):
             module = self._cuda.module_from_buffer(cubin)
         self._modules.append(module)
         function = None
-        for symbol in stage.symbols:
+        for symbol in build.details.get("symbols") or stage.symbols:  # a batch's stage: in its namespace
             try:
                 function = module.get_function(symbol)
                 break
@@ -509,12 +509,12 @@ def build_cubin(
     stage: Stage, source: KernelSource, nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...] = NVCC_OPTIONS
 ) -> Build:
     """Compile `source` to a cubin with nvcc inside the sandbox. Raises CompileError with nvcc's messages."""
-    cubin, log = _nvcc_cubin(source, nvcc, arch, sandbox, options)
+    cubin, log = nvcc_cubin(source, nvcc, arch, sandbox, options)
     warnings_found = parse_nvcc_output(log, source, severity="warning")
     return Build("gpu", stage.id, source, warnings_found, (("kernel.cubin", cubin),))
 
 
-def _nvcc_cubin(
+def nvcc_cubin(
     source: KernelSource, nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...]
 ) -> tuple[bytes, str]:
     """The cubin and nvcc's log, from the cache where possible.

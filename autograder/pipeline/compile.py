@@ -44,13 +44,12 @@ def building_ahead(run: StudentRun, stages: Sequence[tuple[Stage, KernelSource]]
     with ThreadPoolExecutor(max_workers=len(stages) * (2 if analysis else 1) + 5) as pool:
         for worker in _workers_ahead(run):
             pool.submit(worker.start)
+        run.builder.start(stages, pool)
         for stage, source in stages:
-            run.builder.start(stage, source, pool)
             if technique.needs_ptx(stage):
                 technique.start_ptx(source, run.worker.sandbox, pool)
-        for stage, source in stages:  # after the GPU's: a process's first student waits here for its CPU worker
-            if analysis:
-                run.checker_builder().start(stage, source, pool)
+        if analysis:  # after the GPU's: a process's first student waits here for its CPU worker
+            run.checker_builder().start(stages, pool)
         yield
 
 

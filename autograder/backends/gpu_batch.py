@@ -1,0 +1,199 @@
+"""A student's GPU stages compiled by one nvcc run, each exactly as it compiles alone, or else alone.
+
+Most of what nvcc costs a kernel is fixed: `gcc -E` and cicc reading the host headers of `cuda_runtime.h`, about
+0.25 s of a core for any kernel (bench/nvcc_batch.py). A student's seven stages in one run cost that once.
+
+Each stage goes into a namespace of its own (`ag_<stage>`), its text starting again at line 1 of kernel.cu, and
+each macro it defines is put back as it was after it (`#pragma push_macro`, `pop_macro`). What a namespace could
+change, and how each is ruled out (a stage that is not ruled in is compiled alone):
+
+- **Names.** A name a stage declares in its namespace hides a global one of the same name (a header's `max`),
+  where alone it would add an overload or clash. Every identifier a stage spells outside braces is declared a
+  namespace after the last stage (`namespace max {}`): that fails wherever the headers declare the name, and
+  the batch is not used. Every name a stage declares at namespace scope is among those identifiers: inside
+  braces only `friend`, `enum`, `using` and `extern` declare one (refused, except `extern __shared__`, whose
+  names are counted), and a stage's macros hold no identifier or brace. A header's namespace (`std`) would not
+  make that declaration fail, so a stage spelling one outside braces is compiled alone; so is one spelling a
+  name that starts with `_` there (reserved: the compiler's own names and builtins).
+- **Qualified names** (`::`, `namespace`) and what tells a function's namespace or its file
+  (`__PRETTY_FUNCTION__`, `__FILE__`, ...): refused.
+- **The preprocessor.** No directive but `#define` of a macro whose replacement holds no identifier, brace or
+  `#`, and `#pragma unroll`: no includes, conditionals or `#undef` that could reach another stage.
+- **Printing.** A kernel that names `printf` is compiled alone: compute-sanitizer runs any module that can
+  print alone (autograder.sanitizer.can_print), and a batch holds every stage's code.
+- **What the compiler says.** Any message (an error, a warning) and every stage is compiled alone, so each
+  gets its own messages, on its own lines.
+- **The module.** The cubin is loaded once per stage, as each stage's own was; one with more than
+  `GLOBAL_BYTES` of device variables, or without a stage's kernel, is not used.
+
+A stage's Build then holds the batch's cubin and, in `details["symbols"]`, its kernel's symbol in the
+namespace, which the GPU backend looks it up by.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from autograder import errors
+from autograder.backends.gpu import NVCC_SECONDS, nvcc_cubin
+from autograder.build import defined_symbols
+from autograder.policy import token_rows
+from autograder.records import Build, KernelSource
+from autograder.sandbox import Sandbox
+from autograder.stages import Stage
+
+GLOBAL_BYTES = 1 << 20  # device variables a batch's cubin may hold, loaded once per stage
+
+# Refused anywhere in a batched stage (see the module's docstring).
+_REFUSED = frozenset({
+    "namespace", "::", "using", "friend", "enum", "printf", "vprintf", "__PRETTY_FUNCTION__", "__FUNCSIG__",
+    "__COUNTER__", "__FILE__", "__BASE_FILE__", "__FILE_NAME__", "__INCLUDE_LEVEL__", "__builtin_FILE",
+    "__builtin_FUNCTION",
+})
+# Spelled outside braces without declaring a name there: keywords, and the CUDA keywords' macros.
+_KEYWORDS = frozenset({
+    "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch",
+    "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr",
+    "constinit", "const_cast", "continue", "decltype", "default", "delete", "do", "double", "dynamic_cast",
+    "else", "explicit", "export", "extern", "false", "float", "for", "goto", "if", "inline", "int", "long",
+    "mutable", "new", "noexcept", "not", "not_eq", "nullptr", "operator", "or", "or_eq", "private", "protected",
+    "public", "register", "reinterpret_cast", "requires", "return", "short", "signed", "sizeof", "static",
+    "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local", "throw", "true",
+    "try", "typedef", "typeid", "typename", "union", "unsigned", "virtual", "void", "volatile", "wchar_t",
+    "while", "xor", "xor_eq", "__attribute__", "__restrict__", "__restrict", "__inline__", "__volatile__",
+    "__global__", "__device__", "__host__", "__shared__", "__constant__", "__managed__", "__forceinline__",
+    "__noinline__", "__launch_bounds__", "__align__", "__grid_constant__",
+})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a stage needs in a batch: the macros it defines, and the names it spells outside braces."""
+
+    macros: tuple[str, ...]
+    names: frozenset[str]
+
+
+def plan(text: str) -> Plan | None:
+    """The stage's Plan, or None where it must be compiled alone."""
+    rows = token_rows(text)
+    if rows is None:
+        return None
+    macros: list[str] = []
+    names: set[str] = set()
+    depth = 0
+    in_extern = False
+    for row in rows:
+        spelled = [spelling for _, spelling in row]
+        if spelled[0] == "#":
+            if spelled[1:3] == ["pragma", "unroll"]:
+                continue
+            if len(row) < 3 or spelled[1] != "define" or row[2][0] != "identifier":
+                return None
+            if any(kind == "identifier" or spelling in ("{", "}", "#", "##") for kind, spelling in row[3:]):
+                return None
+            macros.append(spelled[2])
+            continue
+        for index, (kind, spelling) in enumerate(row):
+            if spelling in _REFUSED or kind in ("other", "unclosed"):
+                return None
+            if spelling == "extern":
+                if spelled[index + 1 : index + 2] != ["__shared__"]:
+                    return None
+                in_extern = True
+            elif spelling == ";":
+                in_extern = False
+            elif spelling == "{":
+                depth += 1
+            elif spelling == "}":
+                depth -= 1
+                if depth < 0:
+                    return None
+            elif kind == "identifier" and (depth == 0 or in_extern) and spelling not in _KEYWORDS:
+                if spelling.startswith("_"):
+                    return None
+                names.add(spelling)
+    if depth != 0:
+        return None
+    return Plan(tuple(dict.fromkeys(macros)), frozenset(names) - set(macros))
+
+
+def namespace_of(stage: Stage) -> str:
+    return f"ag_{stage.id}"
+
+
+def source(items: Sequence[tuple[Stage, str, Plan]]) -> str:
+    """The batch: every stage in its namespace, its macros put back after it, then the names declared."""
+    parts = []
+    for stage, text, stage_plan in items:
+        push = "".join(f'#pragma push_macro("{macro}")\n' for macro in stage_plan.macros)
+        pop = "".join(f'#pragma pop_macro("{macro}")\n' for macro in stage_plan.macros)
+        # Two line ends: a stage that ends in a backslash or a // comment cannot take the brace into its line.
+        parts.append(f'{push}namespace {namespace_of(stage)} {{\n#line 1 "kernel.cu"\n{text}\n\n}}\n{pop}')
+    names = sorted(set().union(*(stage_plan.names for _, _, stage_plan in items)))
+    return "".join(parts) + "".join(f"namespace {name} {{}}\n" for name in names)
+
+
+def build_together(
+    items: Sequence[tuple[Stage, KernelSource]], nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...]
+) -> dict[str, Build]:
+    """The Builds of those of `items` (stages that passed the source policy) that compiled in one batch, by stage;
+    the rest, or all where the batch is not used, must be compiled alone."""
+    header_names = header_namespaces(nvcc, arch, sandbox, options)
+    if header_names is None:
+        return {}
+    planned = [
+        (stage, kernel, stage_plan)
+        for stage, kernel in items
+        if (stage_plan := plan(kernel.text)) is not None and not stage_plan.names & header_names
+    ]
+    if len(planned) < 2:
+        return {}
+    text = source([(stage, kernel.text, stage_plan) for stage, kernel, stage_plan in planned])
+    try:
+        cubin, log = nvcc_cubin(KernelSource(text), nvcc, arch, sandbox, options)
+    except (errors.GraderError, OSError):  # each stage alone then gets its own error
+        return {}
+    if log.strip() or global_bytes(cubin) > GLOBAL_BYTES:
+        return {}
+    defined = defined_symbols(cubin)
+    builds = {}
+    for stage, kernel, _ in planned:
+        symbol = stage.mangled_in(namespace_of(stage))
+        if symbol in defined:
+            builds[stage.id] = Build("gpu", stage.id, kernel, (), (("kernel.cubin", cubin),), {"symbols": (symbol,)})
+    return builds
+
+
+@functools.cache
+def header_namespaces(nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...]) -> frozenset[str] | None:
+    """Every name the headers nvcc includes declare a namespace, read once a process from an empty kernel
+    preprocessed as a stage is; None (no batch) where that fails."""
+    with tempfile.TemporaryDirectory(prefix="autograder-batch-") as directory:
+        folder = Path(directory)
+        (folder / "kernel.cu").write_text("")
+        argv = [nvcc, "--cubin", f"-arch={arch}", *options, "-E", "-o", "kernel.ii", "kernel.cu"]
+        try:
+            result = sandbox.run_tool(argv, folder, NVCC_SECONDS)
+            text = (folder / "kernel.ii").read_text() if result.returncode == 0 else None
+        except (errors.GraderError, OSError):
+            text = None
+    return None if text is None else frozenset(re.findall(r"\bnamespace\s+([A-Za-z_$][\w$]*)", text))
+
+
+def global_bytes(cubin: bytes) -> int:
+    """The bytes of device variables in a cubin (its .nv.global sections); all of them where it cannot be read."""
+    try:
+        elf = ELFFile(io.BytesIO(cubin))
+        return sum(section["sh_size"] for section in elf.iter_sections() if section.name.startswith(".nv.global"))
+    except (ELFError, ValueError, KeyError):
+        return GLOBAL_BYTES + 1
