@@ -43,6 +43,7 @@ BODY = """{
     if (tid == 0) g_out[blockIdx.x] = sdata[0];
 }
 """
+LOOP = "    for (unsigned int s"
 
 
 def kernel(stage_id: str, add: str = "sdata[tid + s]", before: str = "") -> str:
@@ -149,6 +150,35 @@ HAND_INS: dict[str, dict[str, str]] = {
         "naive": kernel("naive").replace("unsigned int n", "int n"),
         "sequential": kernel("sequential"),
     },
+    # Found by a red team: each got a batch Build for a stage that does not compile alone, or compiles otherwise.
+    "a name declared, then defined a macro": {
+        "naive": kernel("naive", "max(sdata[tid + s], 0.0f)",
+                        "__device__ double max(double a, double b) { return a; }\n") + "#define max\n",
+        "sequential": kernel("sequential", "fminf(sdata[tid + s], 1e30f)",
+                             "__device__ float fminf(float a, double b) { return a; }\n") + "#define fminf\n",
+    },
+    "a class of the namespace declared in a class's body": {  # alone the header's function hides the class
+        "naive": kernel("naive", "sdata[tid + s] * pick<fminf>()",
+                        "struct Hide { struct fminf *p; };\n"
+                        "template <class T> __device__ float pick() { return 1.0f; }\n"
+                        "template <float (*F)(float, float)> __device__ float pick() { return 2.0f; }\n"),
+        "sequential": kernel("sequential"),
+    },
+    "an anonymous union's members": {
+        "naive": kernel("naive", before="static union { int fminf; };\n"),
+        "sequential": kernel("sequential"),
+        "shuffle": kernel("shuffle", before="typedef struct { float a; } Pair;\n"),
+    },
+    "#pragma unroll asking the function's name": {
+        "naive": kernel("naive").replace(LOOP, "#pragma unroll (sizeof(__PRETTY_FUNCTION__) > 62 ? 1 : 8)\n" + LOOP),
+        "sequential": kernel("sequential").replace(LOOP, "#pragma unroll 4\n" + LOOP),
+        "shuffle": kernel("shuffle").replace(LOOP, "#pragma unroll\n" + LOOP),
+    },
+    "a macro call left open across stages": {
+        "naive": kernel("naive") + "#define SWALLOW(...)\nSWALLOW(\n",
+        "sequential": ")\n" + kernel("sequential"),
+        "shuffle": kernel("shuffle", "sdata[tid + s] * SCALE", "#define SCALE (1 + (2 - 2))\n"),
+    },
     "templates and local structs": {
         "naive": kernel("naive", "Add<float>()(sdata[tid + s])",
                         "template <typename T> struct Add { __device__ T operator()(T v) const { return v; } };\n"),
@@ -168,6 +198,11 @@ BATCHED: dict[str, set[str]] = {
                      "the enclosing function's name asked", "a brace too many", "an enumerator and a friend",
                      "a qualified name", "extern C", "a kernel that prints", "large device variables"], NONE),
     "a wrong signature": {"sequential"},  # its kernel is not in the batch's module: alone it gets its message
+    "a name declared, then defined a macro": NONE,
+    "a class of the namespace declared in a class's body": NONE,
+    "an anonymous union's members": {"sequential", "shuffle"},
+    "#pragma unroll asking the function's name": {"sequential", "shuffle"},
+    "a macro call left open across stages": NONE,
 }
 
 def items_of(hand_in: dict[str, str]) -> list[tuple[Stage, KernelSource]]:

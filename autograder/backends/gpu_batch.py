@@ -89,42 +89,80 @@ def plan(text: str) -> Plan | None:
     if rows is None:
         return None
     macros: list[str] = []
-    names: set[str] = set()
-    depth = 0
-    in_extern = False
+    code: list[tuple[str, str]] = []
     for row in rows:
         spelled = [spelling for _, spelling in row]
-        if spelled[0] == "#":
-            if spelled[1:3] == ["pragma", "unroll"]:
-                continue
-            if len(row) < 3 or spelled[1] != "define" or row[2][0] != "identifier":
-                return None
-            if any(kind == "identifier" or spelling in ("{", "}", "#", "##") for kind, spelling in row[3:]):
-                return None
+        if spelled[0] != "#":
+            code += row
+        elif spelled[1:3] == ["pragma", "unroll"]:
+            if len(row) > 4 or (len(row) == 4 and row[3][0] != "number"):
+                return None  # an operand other than a number could ask what tells a batch apart
+        elif spelled[1:2] == ["define"] and len(row) > 2 and row[2][0] == "identifier" and _inert(row[3:]):
             macros.append(spelled[2])
-            continue
-        for index, (kind, spelling) in enumerate(row):
-            if spelling in _REFUSED or kind in ("other", "unclosed"):
-                return None
-            if spelling == "extern":
-                if spelled[index + 1 : index + 2] != ["__shared__"]:
-                    return None
-                in_extern = True
-            elif spelling == ";":
-                in_extern = False
-            elif spelling == "{":
-                depth += 1
-            elif spelling == "}":
-                depth -= 1
-                if depth < 0:
-                    return None
-            elif kind == "identifier" and (depth == 0 or in_extern) and spelling not in _KEYWORDS:
-                if spelling.startswith("_"):
-                    return None
-                names.add(spelling)
-    if depth != 0:
+        else:
+            return None
+    names = _names(code)
+    return None if names is None else Plan(tuple(dict.fromkeys(macros)), names)
+
+
+def _inert(body: list[tuple[str, str]]) -> bool:
+    """Whether a macro's replacement can neither declare nor open anything: no names or braces, and its
+    parentheses and brackets closed (a macro call cannot reach past the stage's end)."""
+    opening = any(kind == "identifier" or spelling in ("{", "}", "#", "##") for kind, spelling in body)
+    return _closed(body) and not opening
+
+
+def _closed(tokens: list[tuple[str, str]]) -> bool:
+    opened = []
+    for _, spelling in tokens:
+        if spelling in _CLOSING:
+            opened.append(_CLOSING[spelling])
+        elif spelling in _CLOSING.values() and (not opened or opened.pop() != spelling):
+            return False
+    return not opened
+
+
+def _names(code: list[tuple[str, str]]) -> frozenset[str] | None:
+    """Every name the stage's code could declare at namespace scope, or None where it must be compiled alone:
+    the identifiers outside braces, those of an `extern __shared__` declaration, and the name after every
+    `struct`, `class` or `union` (in a class's body it declares a class of the namespace)."""
+    if not _closed(code):
         return None
-    return Plan(tuple(dict.fromkeys(macros)), frozenset(names) - set(macros))
+    names: set[str] = set()
+    opened: list[str] = []
+    in_extern = False
+    tag: tuple[str, int] | None = None  # a struct, class or union keyword whose name is still to come, and its nesting
+    for index, (kind, spelling) in enumerate(code):
+        if spelling in _REFUSED or kind in ("other", "unclosed"):
+            return None
+        if spelling == "extern":
+            if code[index + 1 : index + 2] != [("identifier", "__shared__")]:
+                return None
+            in_extern = True
+        elif spelling in ("struct", "class", "union"):
+            tag = spelling, len(opened)
+        elif tag is not None and tag[1] == len(opened) and (spelling in _TAG_ENDS or kind == "identifier"):
+            if spelling == "{" and tag[0] == "union" and "{" not in opened:
+                return None  # an anonymous union's members are the namespace's names
+            if kind == "identifier" and spelling not in _KEYWORDS:
+                names.add(spelling)
+            if kind != "identifier" or spelling not in _KEYWORDS:
+                tag = None
+        if kind == "identifier" and spelling not in _KEYWORDS and ("{" not in opened or in_extern):
+            names.add(spelling)
+        if spelling == ";":
+            in_extern = False
+        elif spelling in _CLOSING:
+            opened.append(spelling)
+        elif spelling in _CLOSING.values():
+            opened.pop()
+    if any(name.startswith("_") for name in names):
+        return None  # reserved: the compiler's own names and builtins
+    return frozenset(names)
+
+
+_CLOSING = {"(": ")", "[": "]", "{": "}"}
+_TAG_ENDS = frozenset({"{", ";", ",", ")", "]"})  # after struct, class or union: no name comes (an anonymous one)
 
 
 def namespace_of(stage: Stage) -> str:
