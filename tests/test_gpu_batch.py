@@ -51,6 +51,11 @@ def kernel(stage_id: str, add: str = "sdata[tid + s]", before: str = "") -> str:
     return before + HEADER.format(name=get_stage(stage_id).kernel_name) + "\n" + BODY % add
 
 
+def bodied(stage_id: str, body: str) -> str:
+    """A kernel of `stage_id`'s name and signature with this body."""
+    return HEADER.format(name=get_stage(stage_id).kernel_name) + "\n" + body + "\n"
+
+
 # Hand-ins of several stages each, of the kinds a batch could compile otherwise than alone: each stage must get
 # what it gets alone, whether or not the batch is used.
 HAND_INS: dict[str, dict[str, str]] = {
@@ -179,6 +184,28 @@ HAND_INS: dict[str, dict[str, str]] = {
         "sequential": ")\n" + kernel("sequential"),
         "shuffle": kernel("shuffle", "sdata[tid + s] * SCALE", "#define SCALE (1 + (2 - 2))\n"),
     },
+    # A second red team: a name declared inside braces that is the namespace's, unseen by the probes.
+    "a function declared in a block": {
+        "naive": bodied("naive", "{ __device__ int fminf(float, float);"
+                                 " if (threadIdx.x == 0) g_out[blockIdx.x] = g_in[0]; }"),
+        "sequential": kernel("sequential"),
+    },
+    "a function declared in a block through a typedef": {
+        "naive": bodied("naive", "{ typedef double F(float, float); F fminf;"
+                                 " if (threadIdx.x == 0) g_out[blockIdx.x] = sizeof(fminf(1.f, 2.f)); }"),
+        "sequential": kernel("sequential"),
+    },
+    "extern __shared__ of a type that holds a semicolon": {
+        "naive": bodied("naive", "{ extern __shared__ decltype(({ 1.0f; })) fmaxf[];"
+                                 " fmaxf[threadIdx.x] = g_in[threadIdx.x]; __syncthreads();"
+                                 " if (threadIdx.x == 0) g_out[blockIdx.x] = fmaxf[1]; }"),
+        "sequential": kernel("sequential"),
+    },
+    "extern __shared__ of a class defined there": {
+        "naive": bodied("naive", "{ extern __shared__ struct S { int a; } fminf[];"
+                                 " if (threadIdx.x == 0) g_out[blockIdx.x] = g_in[0]; }"),
+        "sequential": kernel("sequential"),
+    },
     "templates and local structs": {
         "naive": kernel("naive", "Add<float>()(sdata[tid + s])",
                         "template <typename T> struct Add { __device__ T operator()(T v) const { return v; } };\n"),
@@ -203,6 +230,10 @@ BATCHED: dict[str, set[str]] = {
     "an anonymous union's members": {"sequential", "shuffle"},
     "#pragma unroll asking the function's name": {"sequential", "shuffle"},
     "a macro call left open across stages": NONE,
+    "a function declared in a block": NONE,
+    "a function declared in a block through a typedef": NONE,
+    "extern __shared__ of a type that holds a semicolon": NONE,
+    "extern __shared__ of a class defined there": NONE,
 }
 
 def items_of(hand_in: dict[str, str]) -> list[tuple[Stage, KernelSource]]:

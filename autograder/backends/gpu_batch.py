@@ -10,21 +10,30 @@ change, and how each is ruled out (a stage that is not ruled in is compiled alon
 - **Names.** A name a stage declares in its namespace hides a global one of the same name (a header's `max`),
   where alone it would add an overload or clash. Every identifier a stage spells outside braces is declared a
   namespace after the last stage (`namespace max {}`): that fails wherever the headers declare the name, and
-  the batch is not used. Every name a stage declares at namespace scope is among those identifiers: inside
-  braces only `friend`, `enum`, `using` and `extern` declare one (refused, except `extern __shared__`, whose
-  names are counted), and a stage's macros hold no identifier or brace. A header's namespace (`std`) would not
-  make that declaration fail, so a stage spelling one outside braces is compiled alone; so is one spelling a
-  name that starts with `_` there (reserved: the compiler's own names and builtins).
+  the batch is not used. Names a stage declares at namespace scope from inside braces are probed too: those
+  of `extern __shared__`, the name after every `struct`, `class` and `union` (in a class's body it declares a
+  class of the namespace), and every name where a block-scope function declaration could declare it (`int
+  fminf(float);` in a function is the namespace's `fminf`: `_declarator`); `friend`, `enum`, `using`, another
+  `extern` and an anonymous union at namespace scope are refused; a stage's macros hold no identifier or brace
+  (two red teams found the ways in). A header's namespace (`std`) would not make that declaration fail, so a
+  stage spelling one is compiled alone; so is one spelling such a name that starts with `_` (reserved: the
+  compiler's own names and builtins).
 - **Qualified names** (`::`, `namespace`) and what tells a function's namespace or its file
   (`__PRETTY_FUNCTION__`, `__FILE__`, ...): refused.
 - **The preprocessor.** No directive but `#define` of a macro whose replacement holds no identifier, brace or
-  `#`, and `#pragma unroll`: no includes, conditionals or `#undef` that could reach another stage.
+  `#`, and `#pragma unroll` with at most a number: no includes, conditionals or `#undef` that could reach
+  another stage. Every parenthesis and bracket a stage or a macro opens, it closes: a macro's call cannot run
+  past the stage's end.
 - **Printing.** A kernel that names `printf` is compiled alone: compute-sanitizer runs any module that can
   print alone (autograder.sanitizer.can_print), and a batch holds every stage's code.
 - **What the compiler says.** Any message (an error, a warning) and every stage is compiled alone, so each
   gets its own messages, on its own lines.
 - **The module.** The cubin is loaded once per stage, as each stage's own was; one with more than
   `GLOBAL_BYTES` of device variables, or without a stage's kernel, is not used.
+
+Not ruled out: a kernel's `__device__` variables lie at other addresses in a batch's module than in its own,
+as they do between a GPU and the CPU analysis's build (a kernel that tells them by an address: README,
+"Not closed").
 
 A stage's Build then holds the batch's cubin and, in `details["symbols"]`, its kernel's symbol in the
 namespace, which the GPU backend looks it up by.
@@ -130,7 +139,7 @@ def _names(code: list[tuple[str, str]]) -> frozenset[str] | None:
         return None
     names: set[str] = set()
     opened: list[str] = []
-    in_extern = False
+    in_extern: int | None = None  # the nesting of an `extern __shared__` whose `;` is still to come
     tag: tuple[str, int] | None = None  # a struct, class or union keyword whose name is still to come, and its nesting
     for index, (kind, spelling) in enumerate(code):
         if spelling in _REFUSED or kind in ("other", "unclosed"):
@@ -138,7 +147,7 @@ def _names(code: list[tuple[str, str]]) -> frozenset[str] | None:
         if spelling == "extern":
             if code[index + 1 : index + 2] != [("identifier", "__shared__")]:
                 return None
-            in_extern = True
+            in_extern = len(opened)
         elif spelling in ("struct", "class", "union"):
             tag = spelling, len(opened)
         elif tag is not None and tag[1] == len(opened) and (spelling in _TAG_ENDS or kind == "identifier"):
@@ -148,10 +157,11 @@ def _names(code: list[tuple[str, str]]) -> frozenset[str] | None:
                 names.add(spelling)
             if kind != "identifier" or spelling not in _KEYWORDS:
                 tag = None
-        if kind == "identifier" and spelling not in _KEYWORDS and ("{" not in opened or in_extern):
+        if kind == "identifier" and spelling not in _KEYWORDS and ("{" not in opened or in_extern is not None
+                                                                   or _declarator(code, index)):
             names.add(spelling)
-        if spelling == ";":
-            in_extern = False
+        if spelling == ";" and in_extern == len(opened):
+            in_extern = None
         elif spelling in _CLOSING:
             opened.append(spelling)
         elif spelling in _CLOSING.values():
@@ -161,6 +171,44 @@ def _names(code: list[tuple[str, str]]) -> frozenset[str] | None:
     return frozenset(names)
 
 
+def _declarator(code: list[tuple[str, str]], index: int) -> bool:
+    """Whether the identifier at `index`, inside braces, may be the name of a block-scope function declaration,
+    which declares a member of the namespace (red team): `int fminf(float, float);`, `int (fminf)(float);`, or,
+    where the type could be a function type, `F fminf;` or `decltype(g) fminf;`. Told by the token before it,
+    past `*`, `&`, `(` and cv-qualifiers: a type keyword with `(` or `)` after the name, a name that starts no
+    statement or expression (where no `(` came between: `f(g(x))` is a call), `>`, or the `)` of `decltype(...)`.
+    A name followed by `.` or `->` is an object's. Seen more often than declared (`a * fminf(x)`), which costs
+    only the batch."""
+    if code[index + 1 : index + 2] in ([("punct", ".")], [("punct", "->")]):
+        return False
+    before, parenthesised = index - 1, False
+    while before >= 0 and code[before][1] in ("*", "&", "&&", "(", "const", "volatile", "__restrict__"):
+        parenthesised |= code[before][1] == "("
+        before -= 1
+    if before < 0:
+        return False
+    kind, spelling = code[before]
+    if spelling == ")":
+        depth = 0
+        for opening in range(before, -1, -1):
+            depth += {")": 1, "(": -1}.get(code[opening][1], 0)
+            if depth == 0:
+                return opening > 0 and code[opening - 1][1] in _TYPE_OPERATORS
+        return False
+    if (kind != "identifier" and spelling != ">") or spelling in _STATEMENT_WORDS:
+        return False
+    if before > 0 and code[before - 1][1] in (".", "->"):
+        return False  # a member (`blockIdx.x * blockDim.x`): an expression
+    if spelling in _KEYWORDS:  # int, float, unsigned, auto, ...: a function only where a parameter list follows
+        return code[index + 1 : index + 2] in ([("punct", "(")], [("punct", ")")])
+    return not parenthesised
+
+
+_STATEMENT_WORDS = frozenset({"if", "while", "for", "switch", "return", "case", "goto", "else", "do", "throw",
+                              "sizeof", "alignof", "new", "delete", "not", "and", "or", "bitand", "bitor", "xor",
+                              "compl", "and_eq", "or_eq", "xor_eq", "not_eq", "typeid", "noexcept",
+                              "static_assert", "decltype", "__typeof__", "__typeof", "typeof"})
+_TYPE_OPERATORS = frozenset({"decltype", "__typeof__", "__typeof", "typeof", "__decltype"})
 _CLOSING = {"(": ")", "[": "]", "{": "}"}
 _TAG_ENDS = frozenset({"{", ";", ",", ")", "]"})  # after struct, class or union: no name comes (an anonymous one)
 
