@@ -37,7 +37,7 @@ from autograder.isolation import Worker
 from autograder.launch import Plan
 from autograder.records import Build, DeviceInfo, Finding, KernelSource, SourceLocation
 from autograder.sandbox import Sandbox
-from autograder.stages import Shape, get_stage
+from autograder.stages import STAGES, Shape, get_stage
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU backend needs g++")
 
@@ -228,6 +228,71 @@ def test_a_counter_that_carries_over_from_launch_to_launch_is_kept_state(cpu: Cp
     assert reduce(cpu, kernel, np.ones(1000, np.float32), (1000,)) == 1000
     [finding] = cpu.findings()
     assert finding.kind == "kept_state" and "launches[0]" in finding.message and finding.line
+
+
+KEPT_FLAG = """
+DECLARATION
+__global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int n) {
+    __shared__ float sdata[256];
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    sdata[tid] = i < n ? g_in[i] : 0.0f;
+    if (armed == 12345u) sdata[tid] = -1.0f;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) { g_out[blockIdx.x] = sdata[0]; if (gridDim.x == 1) armed = 1; }
+}
+"""
+
+
+@pytest.mark.parametrize("declaration", [
+    "__device__ unsigned int armed;",
+    "#define KEPT __device__\nKEPT unsigned int armed;",
+    "__device__ __align__(4) unsigned int armed;",
+    "__device__ alignas(8) unsigned int armed;",
+    "__device__ unsigned int (armed);",
+    "__device__ __attribute__((aligned(16))) unsigned int armed;",
+    "typedef unsigned int word;\n__device__ word armed, *unused_pointer;",
+    "namespace hidden { __device__ unsigned int armed; }\nusing hidden::armed;",
+    "template <class T> __device__ T flag;\n#define armed flag<unsigned int>",
+    "__device__ unsigned int armed_twin[2];\n#define armed armed_twin[1]",
+])
+def test_a_device_variable_keeps_state_however_it_is_declared(cpu: CpuBackend, declaration: str) -> None:
+    """The variables checked are those the compiler built, not those a reading of the source finds: a flag set by
+    one reduction's last pass and read by the next is kept state whatever the declaration's spelling (red team:
+    a macro, `__align__`, a declarator in parentheses hid it)."""
+    kernel = cpu.compile(KernelSource(KEPT_FLAG.replace("DECLARATION", declaration), LOCATION), get_stage("sequential"))
+    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    assert "kept_state" in kinds(cpu.findings())
+
+
+def test_a_variable_named_as_a_shared_array_in_its_function_is_still_checked(cpu: CpuBackend) -> None:
+    """The rewrite's own variables for `__shared__` arrays are told by their markers; a function that holds a
+    static of an array's name besides the array cannot hide it: all of that name are checked."""
+    text = KEPT_FLAG.replace("DECLARATION", "").replace(
+        "    __shared__ float sdata[256];",
+        "    static __device__ unsigned int armed;\n    { __shared__ float armed[4]; armed[0] = 0; }\n"
+        "    __shared__ float sdata[256];",
+    )
+    kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("sequential"))
+    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    assert "kept_state" in kinds(cpu.findings())
+
+
+@pytest.mark.parametrize("name", ["textbook_file_scope_shared", "namespace_shared", "macro_shared", "samples_style"])
+def test_the_rewrites_shared_arrays_are_no_device_variables(cpu: CpuBackend, name: str) -> None:
+    """Shared arrays at namespace scope, in namespaces, in templates and through macros: none is checked as a
+    __device__ variable (they live per block), so a clean kernel run twice has no finding."""
+    text = source(name).text
+    stage = next(stage for stage in STAGES if f" {stage.kernel_name}(" in text)
+    kernel = cpu.compile(KernelSource(text, LOCATION), stage)
+    for _ in range(2):
+        reduce(cpu, kernel, np.ones(5000, np.float32), (5000,) if stage.shape is Shape.SUM_1D else (50, 100))
+    assert "kept_state" not in kinds(cpu.findings())
 
 
 def test_last_block_pattern_with_threadfence_is_not_a_race_and_without_it_is(cpu: CpuBackend) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from autograder.backends.cpu.compiler import SOURCE_NAME, parameter_names, parse_diagnostics
+from autograder.backends.cpu.compiler import SOURCE_NAME, device_variables, parameter_names, parse_diagnostics
 from autograder.backends.cpu.rewrite import (
     blank_comments_and_strings,
-    device_variables,
     rewrite_preprocessed,
     rewrite_shared,
     rewrite_source,
@@ -72,29 +71,6 @@ def test_parameter_names_come_from_the_kernel_definition() -> None:
     assert parameter_names("nothing here", "reduce_naive", 3) == ("g_in", "g_out", "n")
 
 
-def test_device_variables_are_told_from_device_functions() -> None:
-    assert device_variables("__device__ unsigned int count = 0;\n__global__ void k() {}")
-    assert device_variables("__constant__ float weights[16];")
-    assert not device_variables("__device__ float twice(float x) { return 2 * x; }")
-    assert not device_variables("__global__ void k() { __device__ int x; }\n// __device__ int y;")
-    # In namespaces (anonymous or nested) a variable is still one per build; in a struct it is a member function.
-    assert device_variables("namespace { __device__ unsigned int ticket; }")
-    assert device_variables("namespace a { namespace b <% __device__ int x = 0; %> }")
-    assert not device_variables("struct S { __device__ int f(); };")
-    # A digit separator is no character literal that would hide the rest of the line.
-    assert device_variables("const int k = 1'0; __device__ unsigned int t;")
-
-
-def test_the_names_of_device_variables_come_from_their_declarators() -> None:
-    # The runtime checks the variables of these names (and no function's static, which may be shared memory).
-    assert device_variables("__device__ int x = 0, y[4];") == ("x", "y")
-    assert device_variables("namespace a { __device__ float buf[4][8]; }") == ("buf",)
-    assert device_variables("__constant__ float table[4] = {1, 2, 3, 4};") == ("table",)
-    assert device_variables("__device__ volatile unsigned int *flags, count;") == ("flags", "count")
-    assert device_variables("__device__ float2 pair; __managed__ double m;") == ("pair", "m")
-    assert device_variables("__device__ float twice(float x) { return 2 * x; }") == ()
-
-
 def test_digit_separators_are_numbers_and_character_literals_are_blanked() -> None:
     assert blank_comments_and_strings("int a = 1'024; char c = 'x'; float f = .5'0f; u8'a'; 0x1'F;") == (
         "int a = 1'024; char c =    ; float f = .5'0f; u8   ; 0x1'F;"
@@ -136,8 +112,40 @@ def test_only_the_students_lines_of_preprocessed_output_are_rewritten() -> None:
     lines = rewritten.text.splitlines()
     assert len(lines) == len(PREPROCESSED.splitlines())
     assert lines[:5] == PREPROCESSED.splitlines()[:5]  # the header keeps its own `__shared__`
-    assert lines[7] == "    float *const s = reinterpret_cast<float *>(__ag_dynamic_shared);"
+    assert lines[7] == ("    static const char __ag_shared_s __attribute__((used)) = 0; "
+                        "float *const s = reinterpret_cast<float *>(__ag_dynamic_shared);")
     # What the rewrite cannot take apart becomes static, as the prelude's fallback makes it; strings stay.
     assert lines[8] == "    static float (*odd)(int);"
     assert lines[9] == '    const char *text = "__shared__";'
     assert rewritten.dynamic_names == ("s",)
+
+
+def test_the_device_variables_are_the_librarys_data_but_the_compilers_and_the_rewrites() -> None:
+    """compiler.device_variables over `nm --defined-only -S -p` (and its `-C` twin): a kernel's own objects,
+    whatever their scope; not guard variables, vtables, the C runtime's, the runtime's or the rewrite's `__shared__`
+    arrays (told by their markers); and all of a name where a scope holds more of it than markers."""
+    listing = [  # (symbol, demangled, kind)
+        ("armed", "armed", "B"),
+        ("_ZN4keep11first_blockE", "keep::first_block", "B"),
+        ("_Z4keptIN2ns1SEE", "kept<ns::S>", "u"),
+        ("_ZZ1fvE5local", "f()::local", "b"),
+        ("_ZZ1fvE5sdata", "f()::sdata", "b"),
+        ("_ZZ1fvE17__ag_shared_sdata", "f()::__ag_shared_sdata", "r"),
+        ("_ZGVZ1fvE5sdata", "guard variable for f()::sdata", "b"),
+        ("_ZZ1gvE3buf", "g()::buf", "b"),
+        ("_ZZ1gvE3buf_0", "g()::buf", "b"),
+        ("_ZZ1gvE15__ag_shared_buf", "g()::__ag_shared_buf", "r"),
+        ("_ZL4tile", "tile", "b"),
+        ("_ZL16__ag_shared_tile", "__ag_shared_tile", "r"),
+        ("_ZTV1S", "vtable for S", "V"),
+        ("__ag_kernel", "__ag_kernel", "B"),
+        ("completed.0", "completed.0", "b"),
+        ("table", "table", "r"),
+    ]
+    symbols = "\n".join(f"0000000000004000 0000000000000004 {kind} {symbol}" for symbol, _, kind in listing)
+    demangled = "\n".join(f"0000000000004000 0000000000000004 {kind} {name}" for _, name, kind in listing)
+    symbols += "\n0000000000003dc8 d _DYNAMIC"
+    demangled += "\n0000000000003dc8 d _DYNAMIC"
+    assert device_variables(symbols, demangled) == [
+        "armed", "_ZN4keep11first_blockE", "_Z4keptIN2ns1SEE", "_ZZ1fvE5local", "_ZZ1gvE3buf", "_ZZ1gvE3buf_0"
+    ]

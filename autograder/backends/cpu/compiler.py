@@ -20,11 +20,12 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.backends.cpu.rewrite import device_variables, rewrite_source
+from autograder.backends.cpu.rewrite import SHARED_MARKER, rewrite_source
 from autograder.errors import BackendUnavailable, CompileError
 from autograder.records import Build, CompilerMessage, KernelSource
 from autograder.sandbox import Sandbox
@@ -75,7 +76,7 @@ class KernelBuild:
     warnings: tuple[CompilerMessage, ...]
     dynamic_shared_names: tuple[str, ...]
     parameter_names: tuple[str, ...]
-    device_variables: tuple[str, ...]  # the __device__ variables the source declares (rewrite.device_variables)
+    device_variables: tuple[str, ...]  # the symbols of its variables in a GPU's global memory (device_variables)
     lines: dict[int, int]  # call-site offset in the instrumented build -> kernel-source line
     hashes: dict[str, str]  # SHA-256 of "checked" and "fast", as recorded when they were built
     unchecked_imports: tuple[str, ...]  # functions it calls that may write where no bounds check looks
@@ -256,18 +257,21 @@ def compile_kernel(
     manifest = toolchain.cache / f"k-{key}.json"
     files = {"checked": checked, "fast": plain} if fast else {"checked": checked}
     names = parameter_names(source.text, stage.kernel_name, 3 if stage.shape is Shape.SUM_1D else 4)
-    variables = device_variables(source.text)
 
-    def finish(log: str, lines: dict[int, int], hashes: dict[str, str], unchecked: list[str]) -> KernelBuild:
+    def finish(
+        log: str, lines: dict[int, int], hashes: dict[str, str], unchecked: list[str], variables: list[str]
+    ) -> KernelBuild:
         warnings = tuple(m for m in parse_diagnostics(log, source) if m.severity == "warning")
         return KernelBuild(
-            checked, plain, warnings, rewritten.dynamic_names, names, variables, lines, hashes, tuple(unchecked)
+            checked, plain, warnings, rewritten.dynamic_names, names, tuple(variables), lines, hashes, tuple(unchecked)
         )
 
     cached = _read_manifest(manifest, files)
     if cached is not None:
         lines = {int(pc): line for pc, line in cached["lines"].items()}
-        return finish(cached["log"], lines, cached["files"], cached.get("unchecked", ["(not recorded)"]))
+        if "variables" in cached:  # a manifest of before the variables were read from the symbols is not used
+            unchecked = cached.get("unchecked", ["(not recorded)"])
+            return finish(cached["log"], lines, cached["files"], unchecked, cached["variables"])
 
     link = ["-L", str(toolchain.runtime.parent), f"-l:{toolchain.runtime.name}",
             f"-Wl,-rpath,{toolchain.runtime.parent}", "-Wl,-z,defs", "-lm"]
@@ -302,11 +306,61 @@ def compile_kernel(
         imports = _imports(run(["nm", "-D", "--undefined-only", *libraries]).stdout)
         _refuse_forbidden_imports(imports)
         unchecked = sorted(name for name in imports if not CHECKED_IMPORT.match(name))
+        listing = ["nm", "--defined-only", "-S", "-p", "checked.so"]
+        variables = device_variables(run(listing).stdout, run([*listing, "-C"]).stdout)
         lines = _line_table(build / "checked.so", run)
         for name, path in files.items():
             _publish(build / f"{name}.so", path)
-        hashes = _write_manifest(manifest, files, compiled[0].stderr, lines, unchecked)
-    return finish(compiled[0].stderr, lines, hashes, unchecked)
+        hashes = _write_manifest(manifest, files, compiled[0].stderr, lines, unchecked, variables)
+    return finish(compiled[0].stderr, lines, hashes, unchecked, variables)
+
+
+def device_variables(symbols: str, demangled: str) -> list[str]:
+    """The symbols of the kernel library's variables in a GPU's global memory (`__device__`, `__constant__`,
+    `__managed__`, a function's `static`), which the runtime checks as it checks the grader's buffers. From what
+    the compiler built (`nm --defined-only -S -p`, and with `-C`, line for line), so a declaration written through a
+    macro, with `__align__` or in parentheses is one like any other (red team): every data object but the
+    compiler's own (guard variables, vtables: names no identifier spells), the C runtime's, the runtime's
+    (`__ag_kernel`) and the variables the rewrite made of `__shared__` arrays, each told by the marker the rewrite
+    put beside it (rewrite.SHARED_MARKER). Where a scope holds more variables of an array's name than markers,
+    all of them are checked: a kernel's own variable cannot hide behind a `__shared__` array's name."""
+    objects = []  # (symbol, its demangled name, its kind): all with a size
+    for line, readable in zip(symbols.splitlines(), demangled.splitlines(), strict=True):
+        fields, spelled = line.split(maxsplit=3), readable.split(maxsplit=3)
+        if len(fields) == 4 and int(fields[1], 16) > 0:
+            objects.append((fields[3], spelled[3], fields[2]))
+    names = Counter(name for _, name, _ in objects)
+    rewritten = set()
+    for _, name, _ in objects:
+        scope, _, last = name.rpartition("::")
+        if last.startswith(SHARED_MARKER):
+            array = f"{scope}::{last[len(SHARED_MARKER):]}" if scope else last[len(SHARED_MARKER):]
+            if names[array] <= names[name]:
+                rewritten.add(array)
+    return [
+        symbol for symbol, name, kind in objects
+        if kind in "bBdDuVv" and name not in rewritten and re.fullmatch(_OWN, _last_name(name))
+        and not name.startswith(_NOT_OWN)
+    ]
+
+
+def _last_name(name: str) -> str:
+    """The last name of a demangled one, less its template arguments (`kept<ns::S>` is `kept`)."""
+    while name.endswith(">"):
+        depth, index = 0, len(name) - 1
+        while index >= 0:
+            depth += {">": 1, "<": -1}.get(name[index], 0)
+            if depth == 0:
+                break
+            index -= 1
+        name = name[:max(index, 0)]
+    return name.rpartition("::")[2]
+
+
+_OWN = r"(?!__ag_)[A-Za-z_$][\w$]*"  # a name a kernel may declare (the policy refuses `__ag_` names)
+# What the compiler makes of a kernel's code, demangled: the words make them no kernel's names.
+_NOT_OWN = ("guard variable for ", "vtable for ", "typeinfo for ", "typeinfo name for ", "VTT for ",
+            "construction vtable for ", "reference temporary #", "TLS init function for ", "TLS wrapper function for ")
 
 
 COMPILE_SECONDS = 60.0
@@ -448,7 +502,12 @@ def sha256_of(path: Path) -> str:
 
 
 def _write_manifest(
-    manifest: Path, files: dict[str, Path], log: str, lines: dict[int, int], unchecked: list[str] | None = None
+    manifest: Path,
+    files: dict[str, Path],
+    log: str,
+    lines: dict[int, int],
+    unchecked: list[str] | None = None,
+    variables: list[str] | None = None,
 ) -> dict[str, str]:
     """Record what was built, with each file's hash; written last, so a manifest means a complete build."""
     hashes = {name: sha256_of(path) for name, path in files.items()}
@@ -457,6 +516,7 @@ def _write_manifest(
         "log": log,
         "lines": {str(pc): line for pc, line in lines.items()},
         "unchecked": unchecked or [],
+        "variables": variables or [],
     }
     handle, temporary = tempfile.mkstemp(dir=manifest.parent, suffix=".tmp")
     with os.fdopen(handle, "w") as out:

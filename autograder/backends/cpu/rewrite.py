@@ -3,6 +3,8 @@
 - `extern __shared__ T name[];` becomes a pointer to the runtime's dynamic shared memory.
 - `__shared__ T name[N];` becomes a static reference into the runtime's shared arena, allocated once per
   program (per template instantiation), so the race checker sees every shared array in one place.
+- Beside each, a read-only marker `__ag_shared_<name>` in the same scope tells the variable the rewrite made from
+  the kernel's own `__device__` ones in the built library's symbol table (compiler.device_variables).
 
 The rewrite works on tokens outside comments and strings; a declaration it cannot take apart is left to the
 prelude's fallback (`#define __shared__ static`), which runs correctly but unchecked.
@@ -26,6 +28,9 @@ _DROPPED = re.compile(
     r"|\b(?:__align__|alignas)\s*\((?:[^()]|\([^()]*\))*\)"  # __align__(16), alignas(sizeof(float4))
     r"|__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)"
 )
+
+
+SHARED_MARKER = "__ag_shared_"  # the name of each rewritten __shared__ variable's marker, before the variable's
 
 
 @dataclass(frozen=True)
@@ -235,6 +240,10 @@ def _rewrite_declaration(declaration: str, dynamic: list[str]) -> str | None:
         base_type = f"__ag_type_of_{name.group()}"
     for pointer, variable, dims in entries:
         element = f"{base_type}{pointer}"
+        # The variable this makes is the rewrite's, not a __device__ one of the kernel's: the marker beside it, in
+        # the same scope, tells it in the symbol table (compiler.device_variables). Read-only data, so it takes no
+        # place among the variables, whose bounds reach to the next symbol of their section.
+        out.append(f"static const char {SHARED_MARKER}{variable} __attribute__((used)) = 0;")
         if is_extern:
             dynamic.append(variable)
             out.append(f"{element} *const {variable} = reinterpret_cast<{element} *>(__ag_dynamic_shared);")
@@ -249,90 +258,3 @@ def _rewrite_declaration(declaration: str, dynamic: list[str]) -> str | None:
                 f'__ag_static_shared(sizeof({element}), alignof({element}), "{variable}"));'
             )
     return " ".join(out)
-
-
-def device_variables(source: str) -> tuple[str, ...]:
-    """The names of the variables `source` declares in a GPU's global memory: the `__device__`, `__constant__`
-    and `__managed__` ones at namespace scope, and a function's `static` ones that are not `__shared__`, named
-    `function::variable` ("" for a declaration whose names cannot be read); empty where it declares none.
-
-    Such a variable lives once per build, shared by every block and launch, so a launch must not mix the
-    instrumented and the plain build; and the runtime checks every access to the variables named here as it
-    checks the grader's buffers.
-    """
-    code = blank_comments_and_strings(source)
-    names: list[str] = []
-    for match in re.finditer(r"\b(?:__device__|__constant__|__managed__|static)\b", code):
-        if _in_directive(code, match.start()):
-            continue
-        start, end = _declaration_start(code, match.start()), _declaration_end(code, match.end())
-        declaration = code[match.end() : end]
-        if end < 0 or "(" in declaration.split("=")[0]:
-            continue  # a function
-        function = _enclosing_function(code, match.start())
-        if match.group() != "static" and function is None and _at_namespace_scope(code, match.start()):
-            names.extend(_declarator_names(declaration) or [""])
-        elif match.group() == "static" and function is not None and "__shared__" not in code[start:end]:
-            names.extend(f"{function}::{name}" for name in _declarator_names(declaration) or [""])
-    return tuple(names)
-
-
-def _declaration_end(code: str, index: int) -> int:
-    """The first `;` or `{` from `index`: the end of a variable's declaration, or where a function's body starts."""
-    return min((i for i in (code.find(";", index), code.find("{", index)) if i >= 0), default=-1)
-
-
-def _enclosing_function(code: str, index: int) -> str | None:
-    """The name of the function whose body holds `index` (the outermost brace whose head ends in a parameter
-    list, not a statement's `(...)`), or None outside every function."""
-    opened: list[int] = []
-    for brace in re.finditer(r"[{}]|<%|%>", code[:index]):
-        if brace.group() in ("{", "<%"):
-            opened.append(brace.start())
-        elif opened:
-            opened.pop()
-    for start in opened:
-        head = code[:start].rstrip()
-        if not head.endswith(")"):
-            continue
-        depth, i = 0, len(head) - 1
-        while i >= 0:
-            depth += (head[i] == ")") - (head[i] == "(")
-            if depth == 0:
-                break
-            i -= 1
-        name = re.search(r"([A-Za-z_]\w*)\s*(?:<[^<>]*>\s*)?$", head[:i])
-        if name and name.group(1) not in ("if", "for", "while", "switch", "catch", "__launch_bounds__"):
-            return name.group(1)
-    return None
-
-
-def _declarator_names(declaration: str) -> list[str]:
-    """The name of each declarator of `float a[4] = 0, *b, c`: the last identifier before its array sizes and
-    initialiser, in each part between the commas outside brackets."""
-    parts, depth, start = [], 0, 0
-    for index, char in enumerate(declaration):
-        depth += (char in "([<") - (char in ")]>")
-        if char == "," and depth == 0:
-            parts.append(declaration[start:index])
-            start = index + 1
-    parts.append(declaration[start:])
-    names = []
-    for part in parts:
-        found = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", part.split("=")[0])
-        if found:
-            names.append(found.group(1))
-    return names
-
-
-def _at_namespace_scope(code: str, index: int) -> bool:
-    """Whether `index` lies outside every brace but a namespace's (named or anonymous) or a linkage block's."""
-    scopes: list[bool] = []  # for each open brace: whether it opens a namespace
-    for brace in re.finditer(r"[{}]|<%|%>", code[:index]):
-        if brace.group() in ("{", "<%"):
-            before = code[: brace.start()].rstrip()
-            # (strings are blanked: `extern "C" {` reads `extern     {`)
-            scopes.append(re.search(r"\bnamespace(?:\s+[A-Za-z_][\w:]*)?$|\bextern$", before) is not None)
-        elif scopes:
-            scopes.pop()
-    return all(scopes)

@@ -1049,10 +1049,8 @@ std::string last_identifier(std::string name) {
     return cut == std::string::npos ? name : name.substr(cut + 1);
 }
 
-// A symbol's name as rewrite.device_variables names it: demangled, without namespaces or template arguments;
-// a function's static as `function::variable` (`void f<256u>(float*)::buf` is `f::buf`); empty for the guard
-// variables of a function's statics. The statics the rewrite made of __shared__ arrays, which live per block,
-// are among no source's device variables.
+// A variable's name for messages: demangled, without namespaces or template arguments; a function's static as
+// `function::variable` (`void f<256u>(float*)::buf` is `f::buf`).
 std::string declared_name(const char *symbol) {
     int status = 0;
     char *demangled = abi::__cxa_demangle(symbol, nullptr, nullptr, &status);
@@ -1100,8 +1098,9 @@ std::vector<Buffer *> variables_in(const unsigned char *file, std::size_t bytes,
             if (!(home.sh_flags & SHF_ALLOC) || (home.sh_flags & SHF_EXECINSTR) || v.st_value < home.sh_addr ||
                 v.st_value - home.sh_addr > home.sh_size || v.st_size > home.sh_addr + home.sh_size - v.st_value)
                 continue;
-            const std::string name = declared_name(reinterpret_cast<const char *>(file + names.sh_offset + v.st_name));
-            if (name.empty() || !wanted.count(name)) continue;
+            const char *symbol = reinterpret_cast<const char *>(file + names.sh_offset + v.st_name);
+            if (!wanted.count(symbol)) continue;
+            const std::string name = declared_name(symbol);
             std::uint64_t end = home.sh_addr + home.sh_size;
             for (std::size_t j = 0; j < count; ++j) {
                 const Elf64_Sym &other = symbols[j];
@@ -1310,9 +1309,9 @@ void ag_free(void *data) {
     delete b;
 }
 
-// API: check the __device__ variables named in `names` (one a line: those the source declares) of the kernel
-// library holding `code`, in every launch of its instrumented build. Returns how many were found, -1 where the
-// library's file could not be read.
+// API: check the __device__ variables whose symbols `names` holds (one a line: compiler.device_variables) of the
+// kernel library holding `code`, in every launch of its instrumented build. Returns how many were found, -1 where
+// the library's file could not be read.
 int ag_watch_variables(const void *code, const char *names) {
     Dl_info info{};
     if (!code || !dladdr(code, &info) || !info.dli_fname) return -1;
