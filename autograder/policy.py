@@ -166,6 +166,7 @@ _PLATFORM = re.compile(
 # asked which code each builds (_split_problems); in code, a kernel could choose its code by them unseen.
 _VERSIONS = frozenset({"__CUDA_ARCH__", "CUDART_VERSION", "CUDA_VERSION", "__CUDA_API_VERSION"})
 _PRAGMA_OPERATORS = frozenset({"_Pragma", "__pragma"})
+_THREAD_LOCAL = frozenset({"thread_local", "__thread", "_Thread_local"})
 _PROBES = frozenset(
     {
         *("__has_include", "__has_include__", "__has_include_next", "__has_include_next__"),
@@ -818,6 +819,9 @@ def _identifier_problem(name: str, after: _Token | None) -> str | None:
                 "nvcc builds for the GPU: both must compile the same code")
     if name == "__declspec":
         return f"`{shown}` is refused: it is not CUDA; remove it"
+    if name in _THREAD_LOCAL:
+        return (f"`{shown}` is refused: a GPU has no thread-local storage, and on the CPU backend it would keep "
+                "state between launches where no check sees it (red team); use a local variable")
     if name == "extern" and (after is None or after.text != "__shared__"):
         if after is not None and after.kind == "string":
             return ('`extern "C"` is refused here: only a `__global__` kernel may have C linkage; a kernel cell '

@@ -258,6 +258,13 @@ __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int 
     "namespace hidden { __device__ unsigned int armed; }\nusing hidden::armed;",
     "template <class T> __device__ T flag;\n#define armed flag<unsigned int>",
     "__device__ unsigned int armed_twin[2];\n#define armed armed_twin[1]",
+    # A second red team: names the demangler prints with brackets of operators, and storage without a plain name.
+    "struct A {};\n__device__ inline bool operator<(A, A) { return false; }\n"
+    "template <bool (*F)(A, A)> __device__ unsigned int cell;\n#define armed cell<&operator< >",
+    "struct A { __device__ int *operator->(); };\ntemplate <int *(A::*F)()> __device__ unsigned int cell;\n"
+    "#define armed cell<&A::operator-> >",
+    "static unsigned int *const kept = (unsigned int[]){0u};\n#define armed (*kept)",
+    "struct P { unsigned a, b; };\nauto [armed, spare] = P{0, 0};",
 ])
 def test_a_device_variable_keeps_state_however_it_is_declared(cpu: CpuBackend, declaration: str) -> None:
     """The variables checked are those the compiler built, not those a reading of the source finds: a flag set by
@@ -269,18 +276,39 @@ def test_a_device_variable_keeps_state_however_it_is_declared(cpu: CpuBackend, d
     assert "kept_state" in kinds(cpu.findings())
 
 
-def test_a_variable_named_as_a_shared_array_in_its_function_is_still_checked(cpu: CpuBackend) -> None:
+@pytest.mark.parametrize("array", [
+    "{ __shared__ float armed[4]; armed[0] = 0; }",
+    "if (n == 0) { extern __shared__ float armed[]; armed[0] = 0.0f; }",  # a pointer of its own, no marker
+    "if (false) { __shared__ float armed[4]; armed[0] = 0.0f; }",  # the array's variable left out, and its marker
+])
+def test_a_variable_named_as_a_shared_array_in_its_function_is_still_checked(cpu: CpuBackend, array: str) -> None:
     """The rewrite's own variables for `__shared__` arrays are told by their markers; a function that holds a
-    static of an array's name besides the array cannot hide it: all of that name are checked."""
+    static of an array's name besides the array cannot hide it: all of that name are checked (red team)."""
     text = KEPT_FLAG.replace("DECLARATION", "").replace(
         "    __shared__ float sdata[256];",
-        "    static __device__ unsigned int armed;\n    { __shared__ float armed[4]; armed[0] = 0; }\n"
-        "    __shared__ float sdata[256];",
+        f"    static __device__ unsigned int armed;\n    {array}\n    __shared__ float sdata[256];",
     )
     kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("sequential"))
     reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
     reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
     assert "kept_state" in kinds(cpu.findings())
+
+
+@pytest.mark.parametrize("declaration", [
+    "__shared__ float (sdata)[256];",
+    "__shared__ __attribute__((aligned(sizeof(float4)))) float sdata[256];",
+    "__shared__ decltype(0.0f) sdata[256];",
+    "#define SM __shared__\n    SM float (sdata)[256];",
+])
+def test_a_shared_array_declared_unusually_is_no_device_variable(cpu: CpuBackend, declaration: str) -> None:
+    """Declarations the rewrite once left to the prelude's fallback, a function's plain static: every block then
+    shared one array, a race between blocks (red team, once the variables came from the symbol table)."""
+    text = KEPT_FLAG.replace("DECLARATION", "").replace("    __shared__ float sdata[256];", f"    {declaration}")
+    text = text.replace("if (armed == 12345u) sdata[tid] = -1.0f;", "").replace("if (gridDim.x == 1) armed = 1;", "")
+    kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("sequential"))
+    for _ in range(2):
+        assert reduce(cpu, kernel, np.ones(5000, np.float32), (5000,)) == 5000
+    assert cpu.findings() == ()
 
 
 @pytest.mark.parametrize("name", ["textbook_file_scope_shared", "namespace_shared", "macro_shared", "samples_style"])

@@ -44,6 +44,9 @@ COMMON_FLAGS = (
     "-g",
     "-fPIC",
     "-fno-threadsafe-statics",
+    # A template's or an inline function's statics are one per library, not one per process (STB_GNU_UNIQUE): the
+    # checked and the fast build each keep their own, and the runtime checks the checked build's (red team).
+    "-fno-gnu-unique",
     "-Wno-unknown-pragmas",
     "-fdiagnostics-plain-output",
     "-fmessage-length=0",
@@ -319,11 +322,12 @@ def device_variables(symbols: str, demangled: str) -> list[str]:
     """The symbols of the kernel library's variables in a GPU's global memory (`__device__`, `__constant__`,
     `__managed__`, a function's `static`), which the runtime checks as it checks the grader's buffers. From what
     the compiler built (`nm --defined-only -S -p`, and with `-C`, line for line), so a declaration written through a
-    macro, with `__align__` or in parentheses is one like any other (red team): every data object but the
-    compiler's own (guard variables, vtables: names no identifier spells), the C runtime's, the runtime's
-    (`__ag_kernel`) and the variables the rewrite made of `__shared__` arrays, each told by the marker the rewrite
-    put beside it (rewrite.SHARED_MARKER). Where a scope holds more variables of an array's name than markers,
-    all of them are checked: a kernel's own variable cannot hide behind a `__shared__` array's name."""
+    macro, with `__align__` or in parentheses is one like any other (red team): every writable data object but the
+    compiler's own (guard variables, vtables and typeinfo: by their mangled prefixes), the C runtime's, the
+    runtime's (`__ag_kernel`), and the variables the rewrite makes of `__shared__` arrays, each told by the marker
+    it keeps beside it (rewrite.SHARED_MARKER, the array's name as the compiler keeps it exactly where it keeps the
+    array). Where a scope holds more variables of an array's name than markers, all of them are checked: a
+    kernel's own variable cannot hide behind a `__shared__` array's name."""
     objects = []  # (symbol, its demangled name, its kind): all with a size
     for line, readable in zip(symbols.splitlines(), demangled.splitlines(), strict=True):
         fields, spelled = line.split(maxsplit=3), readable.split(maxsplit=3)
@@ -336,31 +340,24 @@ def device_variables(symbols: str, demangled: str) -> list[str]:
         if last.startswith(SHARED_MARKER):
             array = f"{scope}::{last[len(SHARED_MARKER):]}" if scope else last[len(SHARED_MARKER):]
             if names[array] <= names[name]:
-                rewritten.add(array)
+                rewritten.update((array, name))
     return [
         symbol for symbol, name, kind in objects
-        if kind in "bBdDuVv" and name not in rewritten and re.fullmatch(_OWN, _last_name(name))
-        and not name.startswith(_NOT_OWN)
+        if kind in "bBdDuVv" and name not in rewritten and not symbol.startswith(_COMPILERS)
+        and not _runtime_own(symbol)
     ]
 
 
-def _last_name(name: str) -> str:
-    """The last name of a demangled one, less its template arguments (`kept<ns::S>` is `kept`)."""
-    while name.endswith(">"):
-        depth, index = 0, len(name) - 1
-        while index >= 0:
-            depth += {">": 1, "<": -1}.get(name[index], 0)
-            if depth == 0:
-                break
-            index -= 1
-        name = name[:max(index, 0)]
-    return name.rpartition("::")[2]
+def _runtime_own(symbol: str) -> bool:
+    return symbol in _RUNTIME_OWN or re.fullmatch(r"completed\.\d+", symbol) is not None
 
 
-_OWN = r"(?!__ag_)[A-Za-z_$][\w$]*"  # a name a kernel may declare (the policy refuses `__ag_` names)
-# What the compiler makes of a kernel's code, demangled: the words make them no kernel's names.
-_NOT_OWN = ("guard variable for ", "vtable for ", "typeinfo for ", "typeinfo name for ", "VTT for ",
-            "construction vtable for ", "reference temporary #", "TLS init function for ", "TLS wrapper function for ")
+# The compiler's own objects, by their mangled prefixes: guard variables, vtables, VTTs, typeinfo and their names,
+# construction vtables, thread-local wrappers. Not reference temporaries (`_ZGR`): a kernel can write those.
+_COMPILERS = ("_ZGV", "_ZTV", "_ZTT", "_ZTI", "_ZTS", "_ZTC", "_ZTH", "_ZTW")
+# The C runtime's objects and the grader runtime's (no kernel's name: the policy refuses `__ag_` names).
+_RUNTIME_OWN = frozenset({"__dso_handle", "__TMC_END__", "_DYNAMIC", "_GLOBAL_OFFSET_TABLE_",
+                          "__bss_start", "_edata", "_end", "__ag_kernel"})
 
 
 COMPILE_SECONDS = 60.0

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _ATTRIBUTES = re.compile(r"\[\[.*?\]\]", re.DOTALL)  # attribute specifiers, [[...]]
-# Specifiers that mean nothing on the CPU or that the rewrite supplies itself.
-_DROPPED = re.compile(
-    r"\b(?:__shared__|extern|static)\b"
-    r"|\b(?:__align__|alignas)\s*\((?:[^()]|\([^()]*\))*\)"  # __align__(16), alignas(sizeof(float4))
-    r"|__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)"
-)
+# Specifiers that mean nothing on the CPU or that the rewrite supplies itself, the last three with what follows
+# them in parentheses (`__align__(16)`, `alignas(sizeof(float4))`, `__attribute__((aligned(sizeof(float4))))`).
+_DROPPED_WORDS = re.compile(r"\b(?:__shared__|extern|static)\b")
+_DROPPED_CALLS = re.compile(r"\b(?:__align__|alignas|__attribute__)\s*\(")
+_PARENTHESISED = re.compile(r"\(\s*([A-Za-z_]\w*)\s*\)(?=\s*(?:\[|,|$))")  # a declarator in parentheses
+_TYPE_OF = re.compile(r"\b(?:decltype|__typeof__|__typeof|typeof)\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)")
 
 
 SHARED_MARKER = "__ag_shared_"  # the name of each rewritten __shared__ variable's marker, before the variable's
@@ -92,7 +92,7 @@ def rewrite_shared(source: str) -> Rewritten:
         end = _statement_end(code, match.end())
         if end < 0:
             break
-        replacement = _rewrite_declaration(code[start:end], dynamic)
+        replacement = _rewrite_declaration(code[start:end], dynamic, _at_namespace_scope(code, start))
         if replacement is None:
             continue
         original = source[start : end + 1]
@@ -193,6 +193,33 @@ def _statement_end(code: str, index: int) -> int:
     return -1
 
 
+def _dropped(declaration: str) -> str:
+    """The declaration less the specifiers the rewrite drops (_DROPPED_WORDS, _DROPPED_CALLS with their balanced
+    parentheses)."""
+    text = _DROPPED_WORDS.sub(" ", declaration)
+    while (found := _DROPPED_CALLS.search(text)) is not None:
+        depth, end = 0, found.end() - 1
+        for end in range(found.end() - 1, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+        text = text[: found.start()] + " " + text[end + 1 :]
+    return text
+
+
+def _at_namespace_scope(code: str, index: int) -> bool:
+    """Whether `index` lies outside every brace but a namespace's (named or anonymous) or a linkage block's."""
+    scopes: list[bool] = []  # for each open brace: whether it opens a namespace
+    for brace in re.finditer(r"[{}]|<%|%>", code[:index]):
+        if brace.group() in ("{", "<%"):
+            before = code[: brace.start()].rstrip()
+            # (strings are blanked: `extern "C" {` reads `extern     {`)
+            scopes.append(re.search(r"\bnamespace(?:\s+[A-Za-z_][\w:]*)?$|\bextern$", before) is not None)
+        elif scopes:
+            scopes.pop()
+    return all(scopes)
+
+
 def _split_top_level(text: str) -> list[str]:
     parts, depth, current = [], 0, []
     for ch in text:
@@ -209,15 +236,16 @@ def _split_top_level(text: str) -> list[str]:
     return parts
 
 
-def _rewrite_declaration(declaration: str, dynamic: list[str]) -> str | None:
+def _rewrite_declaration(declaration: str, dynamic: list[str], namespace_scope: bool) -> str | None:
     declaration = _ATTRIBUTES.sub(" ", declaration)  # [[maybe_unused]] and the like say nothing of the storage
     is_extern = re.search(r"\bextern\b", declaration) is not None
-    body = " ".join(_DROPPED.sub(" ", declaration).split())
+    body = " ".join(_dropped(declaration).split())
+    body = _PARENTHESISED.sub(r"\1", body)  # `float (sdata)[256]` declares `sdata`
     declarators = _split_top_level(body)
     first = declarators[0]
     bracket = first.find("[")
     head = first if bracket < 0 else first[:bracket]
-    if "=" in body or "(" in head:
+    if "=" in body or "(" in _TYPE_OF.sub("", head):
         return None  # an initialiser or a function pointer: leave it to the fallback
     names = list(_IDENTIFIER.finditer(head))
     if len(names) < 2:
@@ -240,21 +268,28 @@ def _rewrite_declaration(declaration: str, dynamic: list[str]) -> str | None:
         base_type = f"__ag_type_of_{name.group()}"
     for pointer, variable, dims in entries:
         element = f"{base_type}{pointer}"
-        # The variable this makes is the rewrite's, not a __device__ one of the kernel's: the marker beside it, in
-        # the same scope, tells it in the symbol table (compiler.device_variables). Read-only data, so it takes no
-        # place among the variables, whose bounds reach to the next symbol of their section.
-        out.append(f"static const char {SHARED_MARKER}{variable} __attribute__((used)) = 0;")
-        if is_extern:
-            dynamic.append(variable)
+        # Each variable with static storage made here is the rewrite's, not a __device__ one of the kernel's: the
+        # marker beside it, in the same scope, tells it in the symbol table (compiler.device_variables). The
+        # marker is the name its initialiser passes, so the compiler keeps it exactly where it keeps the variable.
+        # Read-only data: it takes no place among the variables, whose bounds reach to the next symbol.
+        marker = f"{SHARED_MARKER}{variable}"
+        if is_extern and not namespace_scope:  # a pointer of the function's own, no static storage
             out.append(f"{element} *const {variable} = reinterpret_cast<{element} *>(__ag_dynamic_shared);")
+        elif is_extern:
+            out.append(f'static const char {marker}[] = "{variable}"; static {element} *const {variable} = '
+                       f"reinterpret_cast<{element} *>(__ag_dynamic_shared_of({marker}));")
         elif dims:
             out.append(
+                f'static const char {marker}[] = "{variable}"; '
                 f"static {element} (&{variable}){dims} = *reinterpret_cast<{element} (*){dims}>("
-                f'__ag_static_shared(sizeof({element}{dims}), alignof({element}{dims}), "{variable}"));'
+                f"__ag_static_shared(sizeof({element}{dims}), alignof({element}{dims}), {marker}));"
             )
         else:
             out.append(
+                f'static const char {marker}[] = "{variable}"; '
                 f"static {element} &{variable} = *reinterpret_cast<{element} *>("
-                f'__ag_static_shared(sizeof({element}), alignof({element}), "{variable}"));'
+                f"__ag_static_shared(sizeof({element}), alignof({element}), {marker}));"
             )
+        if is_extern:
+            dynamic.append(variable)
     return " ".join(out)

@@ -60,6 +60,7 @@ unsigned int __ag_activemask(void);
 unsigned long long __ag_atomic(void *address, int size, int op, int type, unsigned long long value,
                                unsigned long long compare);
 void *__ag_static_shared(unsigned long size, unsigned long align, const char *name);
+unsigned char *__ag_dynamic_shared_of(const char *name);
 void __ag_threadfence(void);
 }
 

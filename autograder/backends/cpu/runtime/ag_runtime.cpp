@@ -1100,7 +1100,8 @@ std::vector<Buffer *> variables_in(const unsigned char *file, std::size_t bytes,
                 continue;
             const char *symbol = reinterpret_cast<const char *>(file + names.sh_offset + v.st_name);
             if (!wanted.count(symbol)) continue;
-            const std::string name = declared_name(symbol);
+            std::string name = declared_name(symbol);
+            if (name.empty()) name = symbol;  // a name that does not read as one (`cell<&(operator<(A, A))>`)
             std::uint64_t end = home.sh_addr + home.sh_size;
             for (std::size_t j = 0; j < count; ++j) {
                 const Elf64_Sym &other = symbols[j];
@@ -1173,6 +1174,10 @@ unsigned long long __ag_warp(int line, int op, unsigned int mask, unsigned long 
 void __ag_threadfence(void) { me().last_fence = ++g.sequence_number; }
 
 unsigned int __ag_activemask(void) { return ~exited_lanes(me().warp); }
+
+// The dynamic shared memory, for an `extern __shared__` array at namespace scope (the rewrite passes the marker
+// that names it, which the compiler then keeps beside it: compiler.device_variables).
+unsigned char *__ag_dynamic_shared_of(const char *) { return __ag_dynamic_shared; }
 
 void *__ag_static_shared(unsigned long size, unsigned long align, const char *name) {
     if (!ensure_arena()) return nullptr;
