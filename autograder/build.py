@@ -35,8 +35,9 @@ KERNEL_FILES = {"gpu": "kernel.cubin", "cpu": "checked.so"}  # the file of a Bui
 
 
 class Builder:
-    """Builds kernels for one device in the sandbox, each distinct source once per Builder, and each while it
-    holds one of the machine's cores (autograder.schedule.cpu_slot), however many students compile at once.
+    """Builds kernels for one device in the sandbox, each distinct source's build made once per Builder (a GPU
+    batch that is not used is followed by the stage's own compile), and each while it holds one of the machine's
+    cores (autograder.schedule.cpu_slot), however many students compile at once.
 
     `options`: the backend's (the CPU backend's cache folder), and `analysis` for builds that only ever run
     small, fully checked launches (the CPU analysis of GPU stages), which need only the instrumented build."""
@@ -60,38 +61,49 @@ class Builder:
 
     def start(self, items: Sequence[tuple[Stage, KernelSource]], pool: Executor) -> None:
         """Begin building these stages in `pool`, so that each build is ready (or its error known) when `build`
-        asks for it: on the GPU in one nvcc run where they allow it (autograder.backends.gpu_batch), the rest
-        each alone."""
-        claimed = [(stage, source, future) for stage, source in items for future, mine in [self._future(stage, source)]
-                   if mine]
-        if self.device.backend == "gpu" and len(claimed) > 1:
-            pool.submit(self._make_together, claimed, pool)
-        else:
-            for stage, source, future in claimed:
-                pool.submit(self._make, stage, source, future)
+        asks for it: together where the device builds several at once (on the GPU, in one nvcc run where they
+        allow it: autograder.backends.gpu_batch), the rest each alone."""
+        claimed = []
+        for stage, source in items:
+            future, mine = self._future(stage, source)
+            if mine:
+                claimed.append((stage, source, future))
+        try:
+            if self._build_together is not None and len(claimed) > 1:
+                pool.submit(self._make_together, claimed, pool)
+            else:
+                for stage, source, future in claimed:
+                    pool.submit(self._make, stage, source, future)
+        except BaseException as error:  # a pool that cannot take them: no claimed build may be left unmade
+            _settle([future for _, _, future in claimed], error)
+            raise
 
     def _make_together(self, claimed: list[tuple[Stage, KernelSource, Future[Build]]], pool: Executor) -> None:
-        checked = []
-        for stage, source, future in claimed:
+        try:
+            checked = []
+            for stage, source, future in claimed:
+                try:
+                    with cpu_slot():
+                        check_source(source, self.sandbox, self.device)
+                    checked.append((stage, source, future))
+                except BaseException as error:
+                    future.set_exception(error)
             try:
                 with cpu_slot():
-                    check_source(source, self.sandbox, self.device)
-                checked.append((stage, source, future))
-            except BaseException as error:
-                future.set_exception(error)
-        try:
-            with cpu_slot():
-                together = self._build_together([(stage, source) for stage, source, _ in checked])
-        except Exception:  # a batch that fails is never a stage's verdict: each stage is then built alone
-            together = {}
-        for stage, source, future in checked:
-            if stage.id in together:
-                future.set_result(together[stage.id])
-            else:
-                try:
-                    pool.submit(self._make, stage, source, future, checked=True)
-                except RuntimeError:  # the pool is closing (the student's grading ended early)
-                    self._make(stage, source, future, checked=True)
+                    together = self._build_together([(stage, source) for stage, source, _ in checked])
+            except Exception:  # a batch that fails is never a stage's verdict: each stage is then built alone
+                together = {}
+            for stage, source, future in checked:
+                if stage.id in together:
+                    future.set_result(together[stage.id])
+                else:
+                    try:
+                        pool.submit(self._make, stage, source, future, checked=True)
+                    except RuntimeError:  # the pool is closing (the student's grading ended early)
+                        self._make(stage, source, future, checked=True)
+        except BaseException as error:  # whatever went wrong, no claimed build is left for `build` to wait on
+            _settle([future for _, _, future in claimed], error)
+            raise
 
     def _future(self, stage: Stage, source: KernelSource) -> tuple[Future[Build], bool]:
         """The build's future, and whether the caller made it (and so must build it)."""
@@ -113,7 +125,7 @@ class Builder:
                     self._check_parameters(stage, source)
             future.set_result(built)
         except BaseException as error:
-            future.set_exception(error)  # the same error for every later call: nothing compiles twice
+            future.set_exception(error)  # the same error for every later call: no source is built twice alone
 
     def _check_parameters(self, stage: Stage, source: KernelSource) -> None:
         """An `extern "C"` kernel's symbol names no parameter types, and a launch with the contract's would read
@@ -123,6 +135,12 @@ class Builder:
         except CompileError:
             raise _contract_error(stage, source, stage.wrong_parameters_message()) from None
 
+
+def _settle(futures: list[Future[Build]], error: BaseException) -> None:
+    """Give every build not yet made `error`, so that no `build` waits for it for ever."""
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
 
 
 def reference_build(device: DeviceInfo, sandbox: Sandbox, stage_id: str) -> Build:
@@ -195,8 +213,8 @@ def _relocated(build: Build, source: KernelSource) -> Build:
 
 def _build_functions(
     device: DeviceInfo, sandbox: Sandbox, options: dict[str, Any]
-) -> tuple[BuildFunction, Callable[[Sequence[tuple[Stage, KernelSource]]], dict[str, Build]]]:
-    """How the device builds a stage, and how it builds several at once (those it can, by stage)."""
+) -> tuple[BuildFunction, Callable[[Sequence[tuple[Stage, KernelSource]]], dict[str, Build]] | None]:
+    """How the device builds a stage, and how it builds several at once (those it can, by stage), where it does."""
     if device.backend == "gpu":
         from autograder.backends import gpu_batch
         from autograder.backends.gpu import NVCC_OPTIONS, build_cubin, find_nvcc
@@ -216,4 +234,4 @@ def _build_functions(
     fibers = dict(device.versions).get("fibers", "auto")
     toolchain = prepare_toolchain(fibers, Path(cache) if cache else None, options.get("compiler"))
     fast = not options.get("analysis")
-    return lambda stage, source: build_shared_objects(toolchain, stage, source, sandbox, fast), lambda items: {}
+    return lambda stage, source: build_shared_objects(toolchain, stage, source, sandbox, fast), None

@@ -79,7 +79,9 @@ class Stage:
         return f"_Z{len(self.kernel_name)}{self.kernel_name}{_MANGLED_PARAMS[self.shape]}"
 
     def mangled_in(self, namespace: str) -> str:
-        """The kernel's C++ symbol where it is declared in `namespace` (autograder.backends.gpu_batch)."""
+        """The kernel's C++ symbol where it is declared in `namespace` (autograder.backends.gpu_batch). The
+        parameters' mangling is the plain symbol's: right while no parameter type repeats a compound one (which a
+        namespace would renumber, `S_` becoming `S0_`)."""
         return f"_ZN{len(namespace)}{namespace}{len(self.kernel_name)}{self.kernel_name}E{_MANGLED_PARAMS[self.shape]}"
 
     @property

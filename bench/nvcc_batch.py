@@ -1,5 +1,5 @@
-"""What nvcc costs a student's seven stages: seven runs, one a stage, against the one run that the grader makes of
-them, each stage in a namespace of its own (autograder.backends.gpu_batch).
+"""What nvcc costs a student's required stages: a run a stage, against the one run that the grader makes of them,
+each stage in a namespace of its own (autograder.backends.gpu_batch).
 
     .venv/bin/python bench/nvcc_batch.py [--rounds 3] [--arch sm_90]
 
@@ -72,7 +72,10 @@ def main() -> None:
         folder = Path(directory)
         for stage, text in texts.items():
             (folder / f"{stage}.cu").write_text(text)
-        together_text = gpu_batch.source([(get_stage(s), t, gpu_batch.plan(t)) for s, t in texts.items()])
+        plans = {stage: gpu_batch.plan(text) for stage, text in texts.items()}
+        if None in plans.values():
+            parser.error(f"a reference stage would be compiled alone: {[s for s, found in plans.items() if not found]}")
+        together_text = gpu_batch.source([(get_stage(s), texts[s], found) for s, found in plans.items()])
         (folder / "all.cu").write_text(together_text)
         each, together = [], []
         for _ in range(args.rounds):

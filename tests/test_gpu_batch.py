@@ -92,6 +92,12 @@ HAND_INS: dict[str, dict[str, str]] = {
                         "__device__ float first(float2 v) { return v.x; }\n"),
         "sequential": kernel("sequential"),
     },
+    "a header's type in one stage of three": {  # that stage alone; the others still together
+        "naive": kernel("naive", "at(sdata, tid + s)",
+                        "__device__ float at(const float *p, size_t i) { return p[i]; }\n"),
+        "sequential": kernel("sequential", "sdata[tid + s] * fmaxf(1.0f, 0.0f)"),
+        "shuffle": kernel("shuffle"),
+    },
     "a header's namespace declared a variable": {
         "naive": kernel("naive", "sdata[tid + s] + std", "__device__ float std = 0.0f;\n"),
         "sequential": kernel("sequential"),
@@ -225,6 +231,7 @@ BATCHED: dict[str, set[str]] = {
                      "the enclosing function's name asked", "a brace too many", "an enumerator and a friend",
                      "a qualified name", "extern C", "a kernel that prints", "large device variables"], NONE),
     "a wrong signature": {"sequential"},  # its kernel is not in the batch's module: alone it gets its message
+    "a header's type in one stage of three": {"sequential", "shuffle"},
     "a name declared, then defined a macro": NONE,
     "a class of the namespace declared in a class's body": NONE,
     "an anonymous union's members": {"sequential", "shuffle"},
@@ -378,3 +385,42 @@ def test_on_a_gpu_a_batched_hand_in_is_graded_as_its_stages_alone(tmp_path: Path
     assert sums["naive", "batch"] == sums["naive", "alone"] == float(data.sum())
     assert sums["sequential", "batch"] == sums["sequential", "alone"] != float(data.sum())
     assert sums["shuffle", "batch"] == sums["shuffle", "alone"] == float(data.sum())
+
+
+def test_a_batch_that_raises_leaves_each_stage_to_its_own_build() -> None:
+    """A fault of the batch (a bug, say) is never a stage's verdict: each stage is then built alone."""
+    builder = Builder(DEVICE, Sandbox())
+
+    def broken(items: list) -> dict:
+        raise IndexError("a bug in the batch")
+
+    builder._build_together = broken
+    items = items_of(HAND_INS["clean"])
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        builder.start(items, pool)
+        builds = [builder.build(stage, source) for stage, source in items]
+    assert [build.details for build in builds] == [{}] * len(items)
+
+
+def test_a_stage_left_by_the_batch_is_built_even_where_the_pool_has_closed() -> None:
+    builder = Builder(DEVICE, Sandbox())
+    builder._build_together = lambda items: {}
+    items = items_of(HAND_INS["clean"])
+    claimed = [(stage, source, builder._future(stage, source)[0]) for stage, source in items]
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool.shutdown()
+    builder._make_together(claimed, pool)
+    assert all(future.result().stage_id == stage.id for stage, _, future in claimed)
+
+
+def test_no_claimed_build_is_left_unmade_where_the_pool_refuses_the_work() -> None:
+    """`build` waits on a claimed build without a limit: where the pool cannot take the work, each gets the error."""
+    builder = Builder(DEVICE, Sandbox())
+    items = items_of(HAND_INS["clean"])
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool.shutdown()
+    with pytest.raises(RuntimeError):
+        builder.start(items, pool)
+    for stage, source in items:
+        with pytest.raises(RuntimeError):
+            builder.build(stage, source)

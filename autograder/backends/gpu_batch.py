@@ -1,7 +1,7 @@
 """A student's GPU stages compiled by one nvcc run, each exactly as it compiles alone, or else alone.
 
 Most of what nvcc costs a kernel is fixed: `gcc -E` and cicc reading the host headers of `cuda_runtime.h`, about
-0.25 s of a core for any kernel (bench/nvcc_batch.py). A student's seven stages in one run cost that once.
+0.25 s of a core for any kernel (bench/nvcc_batch.py). A student's stages in one run cost that once.
 
 Each stage goes into a namespace of its own (`ag_<stage>`), its text starting again at line 1 of kernel.cu, and
 each macro it defines is put back as it was after it (`#pragma push_macro`, `pop_macro`). What a namespace could
@@ -27,9 +27,10 @@ change, and how each is ruled out (a stage that is not ruled in is compiled alon
 - **Printing.** A kernel that names `printf` is compiled alone: compute-sanitizer runs any module that can
   print alone (autograder.sanitizer.can_print), and a batch holds every stage's code.
 - **What the compiler says.** Any message (an error, a warning) and every stage is compiled alone, so each
-  gets its own messages, on its own lines.
+  gets its own messages, on its own lines; but where every error is a probe's (a name the headers declare), the
+  stages that spell those names are left out and the rest tried once more.
 - **The module.** The cubin is loaded once per stage, as each stage's own was; one with more than
-  `GLOBAL_BYTES` of device variables, or without a stage's kernel, is not used.
+  `GLOBAL_BYTES` of device variables is not used, and a stage whose kernel is not in it is compiled alone.
 
 Not ruled out: a kernel's `__device__` variables lie at other addresses in a batch's module than in its own,
 as they do between a GPU and the CPU analysis's build (a kernel that tells them by an address: README,
@@ -41,7 +42,6 @@ namespace, which the GPU backend looks it up by.
 
 from __future__ import annotations
 
-import functools
 import io
 import re
 import tempfile
@@ -124,9 +124,9 @@ def _inert(body: list[tuple[str, str]]) -> bool:
 def _closed(tokens: list[tuple[str, str]]) -> bool:
     opened = []
     for _, spelling in tokens:
-        if spelling in _CLOSING:
-            opened.append(_CLOSING[spelling])
-        elif spelling in _CLOSING.values() and (not opened or opened.pop() != spelling):
+        if spelling in _PAIRS:
+            opened.append(_PAIRS[spelling])
+        elif spelling in _PAIRS.values() and (not opened or opened.pop() != spelling):
             return False
     return not opened
 
@@ -162,9 +162,9 @@ def _names(code: list[tuple[str, str]]) -> frozenset[str] | None:
             names.add(spelling)
         if spelling == ";" and in_extern == len(opened):
             in_extern = None
-        elif spelling in _CLOSING:
+        elif spelling in _PAIRS:
             opened.append(spelling)
-        elif spelling in _CLOSING.values():
+        elif spelling in _PAIRS.values():
             opened.pop()
     if any(name.startswith("_") for name in names):
         return None  # reserved: the compiler's own names and builtins
@@ -182,7 +182,7 @@ def _declarator(code: list[tuple[str, str]], index: int) -> bool:
     if code[index + 1 : index + 2] in ([("punct", ".")], [("punct", "->")]):
         return False
     before, parenthesised = index - 1, False
-    while before >= 0 and code[before][1] in ("*", "&", "&&", "(", "const", "volatile", "__restrict__"):
+    while before >= 0 and code[before][1] in ("*", "&", "&&", "(", "const", "volatile", "__restrict__", "__restrict"):
         parenthesised |= code[before][1] == "("
         before -= 1
     if before < 0:
@@ -209,7 +209,7 @@ _STATEMENT_WORDS = frozenset({"if", "while", "for", "switch", "return", "case", 
                               "compl", "and_eq", "or_eq", "xor_eq", "not_eq", "typeid", "noexcept",
                               "static_assert", "decltype", "__typeof__", "__typeof", "typeof"})
 _TYPE_OPERATORS = frozenset({"decltype", "__typeof__", "__typeof", "typeof", "__decltype"})
-_CLOSING = {"(": ")", "[": "]", "{": "}"}
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
 _TAG_ENDS = frozenset({"{", ";", ",", ")", "]"})  # after struct, class or union: no name comes (an anonymous one)
 
 
@@ -226,14 +226,18 @@ def source(items: Sequence[tuple[Stage, str, Plan]]) -> str:
         # Two line ends: a stage that ends in a backslash or a // comment cannot take the brace into its line.
         parts.append(f'{push}namespace {namespace_of(stage)} {{\n#line 1 "kernel.cu"\n{text}\n\n}}\n{pop}')
     names = sorted(set().union(*(stage_plan.names for _, _, stage_plan in items)))
-    return "".join(parts) + "".join(f"namespace {name} {{}}\n" for name in names)
+    return "".join(parts) + f'#line 1 "{PROBES}"\n' + "".join(f"namespace {name} {{}}\n" for name in names)
+
+
+PROBES = "ag_probes.cu"  # the file the probes' lines are told by in nvcc's messages, a name a line
 
 
 def build_together(
     items: Sequence[tuple[Stage, KernelSource]], nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...]
 ) -> dict[str, Build]:
     """The Builds of those of `items` (stages that passed the source policy) that compiled in one batch, by stage;
-    the rest, or all where the batch is not used, must be compiled alone."""
+    the rest must be compiled alone. Where the headers declare a name a stage spells, that stage is left out and
+    the rest tried once more (so one helper named like a header's function costs one stage its batch, not all)."""
     header_names = header_namespaces(nvcc, arch, sandbox, options)
     if header_names is None:
         return {}
@@ -242,12 +246,19 @@ def build_together(
         for stage, kernel in items
         if (stage_plan := plan(kernel.text)) is not None and not stage_plan.names & header_names
     ]
-    if len(planned) < 2:
-        return {}
-    text = source([(stage, kernel.text, stage_plan) for stage, kernel, stage_plan in planned])
-    try:
-        cubin, log = nvcc_cubin(KernelSource(text), nvcc, arch, sandbox, options)
-    except (errors.GraderError, OSError):  # each stage alone then gets its own error
+    for _ in range(2):
+        if len(planned) < 2:
+            return {}
+        text = source([(stage, kernel.text, stage_plan) for stage, kernel, stage_plan in planned])
+        try:
+            cubin, log = nvcc_cubin(KernelSource(text), nvcc, arch, sandbox, options)
+            break
+        except errors.CompileError as error:  # each stage left out then gets its own error alone
+            clashing = _clashing_names(text, error.log)
+            planned = [item for item in planned if clashing and not item[2].names & clashing]
+        except (errors.GraderError, OSError):
+            return {}
+    else:
         return {}
     if log.strip() or global_bytes(cubin) > GLOBAL_BYTES:
         return {}
@@ -260,10 +271,33 @@ def build_together(
     return builds
 
 
-@functools.cache
+def _clashing_names(text: str, log: str) -> frozenset[str]:
+    """The probed names that nvcc's errors are all about, or none where any error lies elsewhere (a stage's own
+    error: then no stage is batched)."""
+    probes = text[text.index(f'#line 1 "{PROBES}"\n') :].split("\n")[1:]
+    lines = [line for line in log.splitlines() if ": error" in line]
+    at = [re.match(rf"{re.escape(PROBES)}\((\d+)\): error", line) for line in lines]
+    if not lines or not all(at):
+        return frozenset()
+    return frozenset(probes[int(found[1]) - 1].split()[1] for found in at if found)
+
+
 def header_namespaces(nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...]) -> frozenset[str] | None:
     """Every name the headers nvcc includes declare a namespace, read once a process from an empty kernel
-    preprocessed as a stage is; None (no batch) where that fails."""
+    preprocessed as a stage is; None (no batch, and asked again next time) where that fails."""
+    key = (nvcc, arch, sandbox, options)
+    if key not in _HEADER_NAMESPACES:
+        found = _header_namespaces(*key)
+        if found is None:
+            return None
+        _HEADER_NAMESPACES[key] = found
+    return _HEADER_NAMESPACES[key]
+
+
+_HEADER_NAMESPACES: dict[tuple, frozenset[str]] = {}
+
+
+def _header_namespaces(nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...]) -> frozenset[str] | None:
     with tempfile.TemporaryDirectory(prefix="autograder-batch-") as directory:
         folder = Path(directory)
         (folder / "kernel.cu").write_text("")

@@ -108,7 +108,7 @@ class _CompiledKernel:
     fast: ctypes.CDLL
     parameter_names: tuple[str, ...]
     dynamic_shared_names: tuple[str, ...]
-    device_variables: tuple[str, ...]  # the names of the __device__ variables its source declares
+    device_variables: tuple[str, ...]  # the symbols of its __device__ variables (compiler.device_variables)
     unchecked_imports: tuple[str, ...]  # functions it calls that may write where no check looks
     lines: dict[int, int] = field(default_factory=dict)  # call-site offset -> kernel-source line
 
