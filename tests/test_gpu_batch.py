@@ -149,6 +149,11 @@ HAND_INS: dict[str, dict[str, str]] = {
         "naive": kernel("naive", "sdata[tid + s]", "__device__ void unused_here() { int unused = 0; }\n"),
         "sequential": kernel("sequential"),
     },
+    "a warning in one stage of three": {
+        "naive": kernel("naive", "sdata[tid + s]", "__device__ void unused_here() { int unused = 0; }\n"),
+        "sequential": kernel("sequential"),
+        "shuffle": kernel("shuffle"),
+    },
     "a kernel that prints": {
         "naive": kernel("naive").replace("if (tid == 0)", 'if (tid == 0 && n == 7) printf("x");\n    if (tid == 0)'),
         "sequential": kernel("sequential"),
@@ -225,13 +230,15 @@ HAND_INS: dict[str, dict[str, str]] = {
 NONE: set[str] = set()
 BATCHED: dict[str, set[str]] = {
     **dict.fromkeys(["a helper only another stage defines", "a macro only another stage defines",
-                     "a compile error in one stage", "a warning in one stage", "a header's function defined again",
+                     "a warning in one stage", "a header's function defined again",
                      "a header's function overloaded", "a header's type used", "an unclosed conditional"], NONE),
     **dict.fromkeys(["a header's namespace declared a variable", "a builtin's name",
                      "the enclosing function's name asked", "a brace too many", "an enumerator and a friend",
                      "a qualified name", "extern C", "a kernel that prints", "large device variables"], NONE),
     "a wrong signature": {"sequential"},  # its kernel is not in the batch's module: alone it gets its message
     "a header's type in one stage of three": {"sequential", "shuffle"},
+    "a compile error in one stage": {"sequential", "shuffle"},  # nvcc names its file: it alone, the rest batched
+    "a warning in one stage of three": {"sequential", "shuffle"},
     "a name declared, then defined a macro": NONE,
     "a class of the namespace declared in a class's body": NONE,
     "an anonymous union's members": {"sequential", "shuffle"},

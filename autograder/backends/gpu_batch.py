@@ -3,8 +3,9 @@
 Most of what nvcc costs a kernel is fixed: `gcc -E` and cicc reading the host headers of `cuda_runtime.h`, about
 0.25 s of a core for any kernel (bench/nvcc_batch.py). A student's stages in one run cost that once.
 
-Each stage goes into a namespace of its own (`ag_<stage>`), its text starting again at line 1 of kernel.cu, and
-each macro it defines is put back as it was after it (`#pragma push_macro`, `pop_macro`). What a namespace could
+Each stage goes into a namespace of its own (`ag_<stage>`), its text starting again at line 1 of a file of its
+own (`kernel_<stage>.cu`, by which nvcc's messages are told apart; a batched stage cannot ask its file's name),
+and each macro it defines is put back as it was after it (`#pragma push_macro`, `pop_macro`). What a namespace could
 change, and how each is ruled out (a stage that is not ruled in is compiled alone):
 
 - **Names.** A name a stage declares in its namespace hides a global one of the same name (a header's `max`),
@@ -26,9 +27,9 @@ change, and how each is ruled out (a stage that is not ruled in is compiled alon
   past the stage's end.
 - **Printing.** A kernel that names `printf` is compiled alone: compute-sanitizer runs any module that can
   print alone (autograder.sanitizer.can_print), and a batch holds every stage's code.
-- **What the compiler says.** Any message (an error, a warning) and every stage is compiled alone, so each
-  gets its own messages, on its own lines; but where every error is a probe's (a name the headers declare), the
-  stages that spell those names are left out and the rest tried once more.
+- **What the compiler says.** A stage that nvcc says anything about (an error or a warning in its file, or a
+  probe of a name it spells) is compiled alone, so it gets its own messages on its own lines, and the rest are
+  tried once more; a message about no stage (a ptxas warning) sends every stage alone.
 - **The module.** The cubin is loaded once per stage, as each stage's own was; one with more than
   `GLOBAL_BYTES` of device variables is not used, and a stage whose kernel is not in it is compiled alone.
 
@@ -224,12 +225,17 @@ def source(items: Sequence[tuple[Stage, str, Plan]]) -> str:
         push = "".join(f'#pragma push_macro("{macro}")\n' for macro in stage_plan.macros)
         pop = "".join(f'#pragma pop_macro("{macro}")\n' for macro in stage_plan.macros)
         # Two line ends: a stage that ends in a backslash or a // comment cannot take the brace into its line.
-        parts.append(f'{push}namespace {namespace_of(stage)} {{\n#line 1 "kernel.cu"\n{text}\n\n}}\n{pop}')
+        parts.append(f'{push}namespace {namespace_of(stage)} {{\n#line 1 "{file_of(stage)}"\n{text}\n\n}}\n{pop}')
     names = sorted(set().union(*(stage_plan.names for _, _, stage_plan in items)))
     return "".join(parts) + f'#line 1 "{PROBES}"\n' + "".join(f"namespace {name} {{}}\n" for name in names)
 
 
 PROBES = "ag_probes.cu"  # the file the probes' lines are told by in nvcc's messages, a name a line
+
+
+def file_of(stage: Stage) -> str:
+    """The file a stage's lines are told by in a batch (nvcc's messages, the line table): one of its own."""
+    return f"kernel_{stage.id}.cu"
 
 
 def build_together(
@@ -252,15 +258,19 @@ def build_together(
         text = source([(stage, kernel.text, stage_plan) for stage, kernel, stage_plan in planned])
         try:
             cubin, log = nvcc_cubin(KernelSource(text), nvcc, arch, sandbox, options)
-            break
-        except errors.CompileError as error:  # each stage left out then gets its own error alone
-            clashing = _clashing_names(text, error.log)
-            planned = [item for item in planned if clashing and not item[2].names & clashing]
-        except (errors.GraderError, OSError):
+        except errors.CompileError as error:
+            cubin, log = b"", error.log
+        except (errors.GraderError, OSError):  # each stage alone then gets its own error
             return {}
+        if cubin and not log.strip():
+            break
+        named = _stages_named(log, text, planned)  # each compiled alone, with its own messages; the rest again
+        if not named:
+            return {}
+        planned = [item for item in planned if item[0].id not in named]
     else:
         return {}
-    if log.strip() or global_bytes(cubin) > GLOBAL_BYTES:
+    if global_bytes(cubin) > GLOBAL_BYTES:
         return {}
     defined = defined_symbols(cubin)
     builds = {}
@@ -271,15 +281,30 @@ def build_together(
     return builds
 
 
-def _clashing_names(text: str, log: str) -> frozenset[str]:
-    """The probed names that nvcc's errors are all about, or none where any error lies elsewhere (a stage's own
-    error: then no stage is batched)."""
+def _stages_named(log: str, text: str, planned: Sequence[tuple[Stage, KernelSource, Plan]]) -> set[str] | None:
+    """The stages nvcc's messages are about: each message names a stage's own file, or a probe of a name the
+    stage spells; None where a message is about neither (a ptxas warning, say: then no stage is batched)."""
     probes = text[text.index(f'#line 1 "{PROBES}"\n') :].split("\n")[1:]
-    lines = [line for line in log.splitlines() if ": error" in line]
-    at = [re.match(rf"{re.escape(PROBES)}\((\d+)\): error", line) for line in lines]
-    if not lines or not all(at):
-        return frozenset()
-    return frozenset(probes[int(found[1]) - 1].split()[1] for found in at if found)
+    files = {file_of(stage): stage.id for stage, _, _ in planned}
+    named = set()
+    for line in log.splitlines():
+        found = _DIAGNOSTIC.match(line)
+        if found is None:
+            if _NOT_A_DIAGNOSTIC.match(line):
+                continue  # a message's source line, its caret or its context, nvcc's summary
+            return None
+        if found["file"] == PROBES:
+            name = probes[int(found["line"]) - 1].split()[1]
+            named |= {stage.id for stage, _, stage_plan in planned if name in stage_plan.names}
+        elif found["file"] in files:
+            named.add(files[found["file"]])
+        else:
+            return None
+    return named
+
+
+_DIAGNOSTIC = re.compile(r"(?P<file>[^\s(]+)\((?P<line>\d+)\): (?:catastrophic error|error|warning)\b")
+_NOT_A_DIAGNOSTIC = re.compile(r"$|\s|Remark: |\d+ errors? detected in the compilation of ")
 
 
 def header_namespaces(nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...]) -> frozenset[str] | None:
