@@ -233,3 +233,16 @@ def test_what_the_tools_saw_is_kept_in_the_class_memo_whole(tmp_path) -> None:
     memo.put("k", Sanitized(tuple(found), ("compute-sanitizer synccheck could not finish",)))
     assert memo.get("k", Sanitized) == Sanitized(tuple(found), ("compute-sanitizer synccheck could not finish",))
     assert memo.get("missing", Sanitized) is None
+
+
+def test_a_batched_kernel_s_report_reads_as_its_own() -> None:
+    """A stage built in a student's nvcc batch (autograder.backends.gpu_batch) is reported in its namespace and its
+    own file: the same stage, line and finding as when it is built alone."""
+    batched = [
+        line.replace("at reduce_sequential(", "at ag_sequential::reduce_sequential(").replace(
+            "in kernel.cu:", "in kernel_sequential.cu:"
+        )
+        for line in MEMCHECK
+    ]
+    builds = {"sequential": located("sequential", 5)}
+    assert parse_report("memcheck", batched, builds) == parse_report("memcheck", MEMCHECK, builds)
