@@ -276,6 +276,17 @@ def test_a_device_variable_keeps_state_however_it_is_declared(cpu: CpuBackend, d
     assert "kept_state" in kinds(cpu.findings())
 
 
+@pytest.mark.parametrize("declaration", [
+    "__device__ unsigned int armed_cells[0];\n#define armed armed_cells[0]",
+    "struct Cells { unsigned int d[0]; };\n__device__ Cells cells;\n#define armed cells.d[0]",
+])
+def test_a_variable_of_size_zero_is_a_compile_error(cpu: CpuBackend, declaration: str) -> None:
+    """It has no bounds to check, so what it holds passed from launch to launch unseen (red team); nvcc refuses a
+    zero-sized variable in device code, and so does the CPU backend, with the same verdict."""
+    with pytest.raises(CompileError, match="has size zero"):
+        cpu.compile(KernelSource(KEPT_FLAG.replace("DECLARATION", declaration), LOCATION), get_stage("sequential"))
+
+
 @pytest.mark.parametrize("array", [
     "{ __shared__ float armed[4]; armed[0] = 0; }",
     "if (n == 0) { extern __shared__ float armed[]; armed[0] = 0.0f; }",  # a pointer of its own, no marker

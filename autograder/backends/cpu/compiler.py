@@ -310,7 +310,9 @@ def compile_kernel(
         _refuse_forbidden_imports(imports)
         unchecked = sorted(name for name in imports if not CHECKED_IMPORT.match(name))
         listing = ["nm", "--defined-only", "-S", "-p", "checked.so"]
-        variables = device_variables(run(listing).stdout, run([*listing, "-C"]).stdout)
+        symbols, demangled = run(listing).stdout, run([*listing, "-C"]).stdout
+        _refuse_zero_sized(symbols, demangled)
+        variables = device_variables(symbols, demangled)
         lines = _line_table(build / "checked.so", run)
         for name, path in files.items():
             _publish(build / f"{name}.so", path)
@@ -424,6 +426,22 @@ def _refuse_forbidden_imports(names: set[str]) -> None:
             "its input, and calls no host library or grader function"
         )
         raise CompileError(summary, (CompilerMessage("error", None, summary),), "")
+
+
+def _refuse_zero_sized(symbols: str, demangled: str) -> None:
+    """A variable of size zero (`__device__ unsigned x[0]`) has no bounds the runtime could check, so what it
+    holds could pass from launch to launch unseen (red team); nvcc refuses it in device code, and so does this."""
+    for line, readable in zip(symbols.splitlines(), demangled.splitlines(), strict=True):
+        fields = line.split()
+        if len(fields) == 3 and fields[1] in "bBdDuVv" and fields[2] not in _LINKERS:
+            name = readable.split(maxsplit=2)[2]
+            summary = f"the variable `{name}` has size zero, which nvcc refuses in device code: give it a size"
+            raise CompileError(summary, (CompilerMessage("error", None, summary),), "")
+
+
+# The sizeless objects the linker and the C runtime put in every library.
+_LINKERS = frozenset({"__frame_dummy_init_array_entry", "__do_global_dtors_aux_fini_array_entry", "__dso_handle",
+                      "__TMC_END__", "_GLOBAL_OFFSET_TABLE_", "_DYNAMIC", "__bss_start", "_edata", "_end"})
 
 
 def build_shared_objects(
