@@ -247,6 +247,15 @@ __global__ void reduce_sequential(const float *g_in, float *g_out, unsigned int 
 """
 
 
+def twice(cpu: CpuBackend, text: str) -> set[str]:
+    """The kinds of finding two whole reductions of a sequential-stage kernel give, the second reading what the
+    first left."""
+    kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("sequential"))
+    for _ in range(2):
+        reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
+    return kinds(cpu.findings())
+
+
 @pytest.mark.parametrize("declaration", [
     "__device__ unsigned int armed;",
     "#define KEPT __device__\nKEPT unsigned int armed;",
@@ -270,10 +279,7 @@ def test_a_device_variable_keeps_state_however_it_is_declared(cpu: CpuBackend, d
     """The variables checked are those the compiler built, not those a reading of the source finds: a flag set by
     one reduction's last pass and read by the next is kept state whatever the declaration's spelling (red team:
     a macro, `__align__`, a declarator in parentheses hid it)."""
-    kernel = cpu.compile(KernelSource(KEPT_FLAG.replace("DECLARATION", declaration), LOCATION), get_stage("sequential"))
-    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
-    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
-    assert "kept_state" in kinds(cpu.findings())
+    assert "kept_state" in twice(cpu, KEPT_FLAG.replace("DECLARATION", declaration))
 
 
 @pytest.mark.parametrize("declaration", [
@@ -299,10 +305,7 @@ def test_a_variable_named_as_a_shared_array_in_its_function_is_still_checked(cpu
         "    __shared__ float sdata[256];",
         f"    static __device__ unsigned int armed;\n    {array}\n    __shared__ float sdata[256];",
     )
-    kernel = cpu.compile(KernelSource(text, LOCATION), get_stage("sequential"))
-    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
-    reduce(cpu, kernel, np.ones(1000, np.float32), (1000,))
-    assert "kept_state" in kinds(cpu.findings())
+    assert "kept_state" in twice(cpu, text)
 
 
 @pytest.mark.parametrize("declaration", [

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from autograder.backends.cpu.compiler import SOURCE_NAME, device_variables, parameter_names, parse_diagnostics
+from autograder.backends.cpu.compiler import (
+    SOURCE_NAME,
+    data_objects,
+    device_variables,
+    parameter_names,
+    parse_diagnostics,
+)
 from autograder.backends.cpu.rewrite import (
     blank_comments_and_strings,
     rewrite_preprocessed,
@@ -145,6 +151,6 @@ def test_the_device_variables_are_the_librarys_data_but_the_compilers_and_the_re
     demangled = "\n".join(f"0000000000004000 0000000000000004 {kind} {name}" for _, name, kind in listing)
     symbols += "\n0000000000003dc8 d _DYNAMIC"
     demangled += "\n0000000000003dc8 d _DYNAMIC"
-    assert device_variables(symbols, demangled) == [
+    assert device_variables(data_objects(symbols, demangled)) == [
         "armed", "_ZN4keep11first_blockE", "_Z4keptIN2ns1SEE", "_ZZ1fvE5local", "_ZZ1gvE3buf", "_ZZ1gvE3buf_0"
     ]

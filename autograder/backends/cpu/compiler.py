@@ -310,9 +310,9 @@ def compile_kernel(
         _refuse_forbidden_imports(imports)
         unchecked = sorted(name for name in imports if not CHECKED_IMPORT.match(name))
         listing = ["nm", "--defined-only", "-S", "-p", "checked.so"]
-        symbols, demangled = run(listing).stdout, run([*listing, "-C"]).stdout
-        _refuse_zero_sized(symbols, demangled)
-        variables = device_variables(symbols, demangled)
+        objects = data_objects(run(listing).stdout, run([*listing, "-C"]).stdout)
+        _refuse_zero_sized(objects)
+        variables = device_variables(objects)
         lines = _line_table(build / "checked.so", run)
         for name, path in files.items():
             _publish(build / f"{name}.so", path)
@@ -320,32 +320,41 @@ def compile_kernel(
     return finish(compiled[0].stderr, lines, hashes, unchecked, variables)
 
 
-def device_variables(symbols: str, demangled: str) -> list[str]:
+def data_objects(symbols: str, demangled: str) -> list[tuple[str, str, str, int]]:
+    """The data objects a library defines, from `nm --defined-only -S -p` and its `-C` twin, line for line: each as
+    (symbol, its demangled name, nm's kind, its size: 0 where nm shows none)."""
+    objects = []
+    for line, readable in zip(symbols.splitlines(), demangled.splitlines(), strict=True):
+        fields = line.split()  # address, [size,] kind, symbol
+        name = readable.split(maxsplit=len(fields) - 1)[-1]
+        size = int(fields[1], 16) if len(fields) == 4 else 0
+        if fields[-2] in "bBdDuVvrR":
+            objects.append((fields[-1], name, fields[-2], size))
+    return objects
+
+
+def device_variables(objects: list[tuple[str, str, str, int]]) -> list[str]:
     """The symbols of the kernel library's variables in a GPU's global memory (`__device__`, `__constant__`,
     `__managed__`, a function's `static`), which the runtime checks as it checks the grader's buffers. From what
-    the compiler built (`nm --defined-only -S -p`, and with `-C`, line for line), so a declaration written through a
-    macro, with `__align__` or in parentheses is one like any other (red team): every writable data object but the
-    compiler's own (guard variables, vtables and typeinfo: by their mangled prefixes), the C runtime's, the
-    runtime's (`__ag_kernel`), and the variables the rewrite makes of `__shared__` arrays, each told by the marker
-    it keeps beside it (rewrite.SHARED_MARKER, the array's name as the compiler keeps it exactly where it keeps the
-    array). Where a scope holds more variables of an array's name than markers, all of them are checked: a
-    kernel's own variable cannot hide behind a `__shared__` array's name."""
-    objects = []  # (symbol, its demangled name, its kind): all with a size
-    for line, readable in zip(symbols.splitlines(), demangled.splitlines(), strict=True):
-        fields, spelled = line.split(maxsplit=3), readable.split(maxsplit=3)
-        if len(fields) == 4 and int(fields[1], 16) > 0:
-            objects.append((fields[3], spelled[3], fields[2]))
-    names = Counter(name for _, name, _ in objects)
+    the compiler built (`data_objects`), so a declaration written through a macro, with `__align__` or in
+    parentheses is one like any other (red team): every writable data object but the compiler's own (guard
+    variables, vtables and typeinfo: by their mangled prefixes), the C runtime's, the runtime's (`__ag_kernel`),
+    and the variables the rewrite makes of `__shared__` arrays, each told by the marker it keeps beside it
+    (rewrite.SHARED_MARKER, the array's name as the compiler keeps it exactly where it keeps the array). Where a
+    scope holds more variables of an array's name than markers, all of them are checked: a kernel's own variable
+    cannot hide behind a `__shared__` array's name."""
+    sized = [(symbol, name, kind) for symbol, name, kind, size in objects if size > 0]
+    names = Counter(name for _, name, _ in sized)
     rewritten = set()
-    for _, name, _ in objects:
+    for _, name, _ in sized:
         scope, _, last = name.rpartition("::")
         if last.startswith(SHARED_MARKER):
             array = f"{scope}::{last[len(SHARED_MARKER):]}" if scope else last[len(SHARED_MARKER):]
             if names[array] <= names[name]:
                 rewritten.update((array, name))
     return [
-        symbol for symbol, name, kind in objects
-        if kind in "bBdDuVv" and name not in rewritten and not symbol.startswith(_COMPILERS)
+        symbol for symbol, name, kind in sized
+        if kind in _WRITABLE and name not in rewritten and not symbol.startswith(_COMPILERS)
         and not _runtime_own(symbol)
     ]
 
@@ -357,9 +366,11 @@ def _runtime_own(symbol: str) -> bool:
 # The compiler's own objects, by their mangled prefixes: guard variables, vtables, VTTs, typeinfo and their names,
 # construction vtables, thread-local wrappers. Not reference temporaries (`_ZGR`): a kernel can write those.
 _COMPILERS = ("_ZGV", "_ZTV", "_ZTT", "_ZTI", "_ZTS", "_ZTC", "_ZTH", "_ZTW")
-# The C runtime's objects and the grader runtime's (no kernel's name: the policy refuses `__ag_` names).
-_RUNTIME_OWN = frozenset({"__dso_handle", "__TMC_END__", "_DYNAMIC", "_GLOBAL_OFFSET_TABLE_",
-                          "__bss_start", "_edata", "_end", "__ag_kernel"})
+# The linker's, the C runtime's and the grader runtime's objects (no kernel's name: the policy refuses `__ag_`).
+_RUNTIME_OWN = frozenset({"__frame_dummy_init_array_entry", "__do_global_dtors_aux_fini_array_entry", "__dso_handle",
+                          "__TMC_END__", "_GLOBAL_OFFSET_TABLE_", "_DYNAMIC", "__bss_start", "_edata", "_end",
+                          "__ag_kernel"})
+_WRITABLE = "bBdDuVv"  # nm's kinds of writable data
 
 
 COMPILE_SECONDS = 60.0
@@ -428,20 +439,13 @@ def _refuse_forbidden_imports(names: set[str]) -> None:
         raise CompileError(summary, (CompilerMessage("error", None, summary),), "")
 
 
-def _refuse_zero_sized(symbols: str, demangled: str) -> None:
+def _refuse_zero_sized(objects: list[tuple[str, str, str, int]]) -> None:
     """A variable of size zero (`__device__ unsigned x[0]`) has no bounds the runtime could check, so what it
     holds could pass from launch to launch unseen (red team); nvcc refuses it in device code, and so does this."""
-    for line, readable in zip(symbols.splitlines(), demangled.splitlines(), strict=True):
-        fields = line.split()
-        if len(fields) == 3 and fields[1] in "bBdDuVv" and fields[2] not in _LINKERS:
-            name = readable.split(maxsplit=2)[2]
+    for symbol, name, kind, size in objects:
+        if size == 0 and kind in _WRITABLE and not _runtime_own(symbol):
             summary = f"the variable `{name}` has size zero, which nvcc refuses in device code: give it a size"
             raise CompileError(summary, (CompilerMessage("error", None, summary),), "")
-
-
-# The sizeless objects the linker and the C runtime put in every library.
-_LINKERS = frozenset({"__frame_dummy_init_array_entry", "__do_global_dtors_aux_fini_array_entry", "__dso_handle",
-                      "__TMC_END__", "_GLOBAL_OFFSET_TABLE_", "_DYNAMIC", "__bss_start", "_edata", "_end"})
 
 
 def build_shared_objects(
