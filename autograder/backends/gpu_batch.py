@@ -242,8 +242,8 @@ def build_together(
     items: Sequence[tuple[Stage, KernelSource]], nvcc: str, arch: str, sandbox: Sandbox, options: tuple[str, ...]
 ) -> dict[str, Build]:
     """The Builds of those of `items` (stages that passed the source policy) that compiled in one batch, by stage;
-    the rest must be compiled alone. Where the headers declare a name a stage spells, that stage is left out and
-    the rest tried once more (so one helper named like a header's function costs one stage its batch, not all)."""
+    the rest must be compiled alone. A stage nvcc's messages are about (its own file's, or a probe's of a name it
+    spells) is left out and the rest tried once more: one stage's mistake costs that stage its batch, not all."""
     header_names = header_namespaces(nvcc, arch, sandbox, options)
     if header_names is None:
         return {}
@@ -283,8 +283,10 @@ def build_together(
 
 def _stages_named(log: str, text: str, planned: Sequence[tuple[Stage, KernelSource, Plan]]) -> set[str] | None:
     """The stages nvcc's messages are about: each message names a stage's own file, or a probe of a name the
-    stage spells; None where a message is about neither (a ptxas warning, say: then no stage is batched)."""
-    probes = text[text.index(f'#line 1 "{PROBES}"\n') :].split("\n")[1:]
+    stage spells; None where a message is about neither (a ptxas warning, say: then no stage is batched). A
+    stage can forge such a line (a `static_assert` message may hold a line end), but only to send stages alone:
+    a batch is used only where nvcc says nothing at all."""
+    names = [line.split()[1] for line in text[text.index(f'#line 1 "{PROBES}"\n') :].split("\n")[1:] if line]
     files = {file_of(stage): stage.id for stage, _, _ in planned}
     named = set()
     for line in log.splitlines():
@@ -293,8 +295,8 @@ def _stages_named(log: str, text: str, planned: Sequence[tuple[Stage, KernelSour
             if _NOT_A_DIAGNOSTIC.match(line):
                 continue  # a message's source line, its caret or its context, nvcc's summary
             return None
-        if found["file"] == PROBES:
-            name = probes[int(found["line"]) - 1].split()[1]
+        if found["file"] == PROBES and 0 < int(found["line"]) <= len(names):
+            name = names[int(found["line"]) - 1]
             named |= {stage.id for stage, _, stage_plan in planned if name in stage_plan.names}
         elif found["file"] in files:
             named.add(files[found["file"]])
