@@ -47,7 +47,12 @@ TOOLS = ("memcheck", "racecheck", "synccheck")
 # Small inputs: several blocks, the last one partial, so bounds and every round of the tree are exercised.
 SANITIZER_CASES = {Shape.SUM_1D: Case((1000,), "random", 7), Shape.MAX_2D: Case((37, 29), "random", 7)}
 SECONDS_PER_RUN = 120.0
-PRINT_LIMIT = 20  # reports per tool and process: the first ones name the lines; the rest repeat them
+# compute-sanitizer's --print-limit counts the reports of its whole process, not of a run: with a limit of 20, a
+# session kept for a class printed a few racy kernels' reports and then none, and every later student's kernel was
+# sanitized blind (and a student's first racy stage silenced its later ones). 0 is no limit: what one run reports
+# is bounded by its small input (SANITIZER_CASES) and the worker's output limit, and a shared session's output is
+# emptied after every run (autograder.sessions).
+PRINT_LIMIT = 0
 PREFIX = "========= "
 
 

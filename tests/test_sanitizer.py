@@ -20,9 +20,10 @@ from autograder.isolation import Worker
 from autograder.records import Build, KernelSource, SourceLocation
 from autograder.references import reference_source
 from autograder.sandbox import Sandbox
-from autograder.sanitizer import PREFIX, find_sanitizer, parse_report, sanitize
+from autograder.sanitizer import PREFIX, SANITIZER_CASES, find_sanitizer, launcher_of, parse_report, run_in, sanitize
 from autograder.schedule import gpu_gate
-from autograder.stages import REQUIRED_STAGE_IDS, get_stage
+from autograder.stages import REQUIRED_STAGE_IDS, Shape, get_stage
+from autograder.verify import forget
 
 # --- kernels of this file's own: (stage, mutation of the reference) ----------------------------------------
 
@@ -246,3 +247,27 @@ def test_a_batched_kernel_s_report_reads_as_its_own() -> None:
     ]
     builds = {"sequential": located("sequential", 5)}
     assert parse_report("memcheck", batched, builds) == parse_report("memcheck", MEMCHECK, builds)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["warp_without_syncwarp", "load_without_barrier"])
+def test_a_kept_session_reports_every_run_of_a_racy_kernel_not_only_its_first_ones(
+    sanitizer_tool: str, gpu_builder: Builder, name: str
+) -> None:
+    # compute-sanitizer's print limit counts the reports of its whole process: a session kept for a class (one a
+    # tool for all its processes) printed the first few racy kernels' reports, then nothing, and every later
+    # student's races went unseen there. Each run here is a student's, as a shared session runs them.
+    stage_id, make = KERNELS[name]
+    build = gpu_builder.build(get_stage(stage_id), KernelSource(make()))
+    session = Worker("gpu", {}, Sandbox(True), launcher=launcher_of(sanitizer_tool, "racecheck"))
+    found = []
+    try:
+        for _ in range(15):
+            failed, lines = run_in(session, build, SANITIZER_CASES[Shape.SUM_1D], 256, lambda: gpu_gate(0, False))
+            assert failed is None
+            found.append(sorted((f.kind, f.line) for f in parse_report("racecheck", lines, {stage_id: build})[stage_id]))
+            session.call(forget, timeout=60.0)  # what a shared session does after every run
+            session.clear_log()
+    finally:
+        session.close()
+    assert found[0] and all(seen == found[0] for seen in found), found
