@@ -24,17 +24,18 @@ import time
 import traceback
 import unicodedata
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
+from autograder.backends.cpu.compiler import precompiled_preludes
 from autograder.errors import GraderError
 from autograder.executors import close_kept
 from autograder.files import regular_file_sha256
 from autograder.grade import GradeOptions, grade_notebook, no_notebook, settings_label
-from autograder.isolation import Worker
+from autograder.isolation import Worker, cpu_toolchain
 from autograder.memo import grader_version
 from autograder.notebook import MAX_NOTEBOOK_BYTES
 from autograder.records import StudentResult, from_dict, to_dict
@@ -336,8 +337,9 @@ def grade_class(
 
     gpu_tasks = options.backend != "cpu"
     timed_here = gpu_tasks and bool(_class_gpus(options, spread)) and options.measure_speed and bool(tasks)
+    built_here = bool(tasks) and spread.scheduler is None
     with (
-        _timing_inputs_ahead(options, timed_here),
+        _ahead(_timing_inputs(options) if timed_here else None, _cpu_backend(options) if built_here else None),
         _shared_sessions(options, spread, local_cluster and gpu_tasks and bool(tasks)) as sessions,
     ):
         try:
@@ -370,20 +372,36 @@ def _class_gpus(options: GradeOptions, spread: ClassOptions) -> tuple[int, ...]:
 
 
 @contextmanager
-def _timing_inputs_ahead(options: GradeOptions, wanted: bool) -> Iterator[None]:
-    """The class's timing inputs drawn and published now, while its processes start and its first students
-    compile: every grading process then reads them (autograder.timing.publish_input), none draws its own at its
-    first timing, when the first students all time at once."""
-    if not wanted:
-        yield
-        return
-    sizes = [options.rubric.timing.size_of(shape) for shape in (Shape.SUM_1D, Shape.MAX_2D)]
-    thread = threading.Thread(target=lambda: [publish_input(options.seed, size) for size in sizes], daemon=True)
-    thread.start()
+def _ahead(*jobs: Callable[[], object] | None) -> Iterator[None]:
+    """The jobs run now, each in a thread of its own, while the class's processes start and its first students
+    compile: what every grading process would otherwise do, or wait for, at its first student, all at once."""
+    threads = [threading.Thread(target=job, daemon=True) for job in jobs if job is not None]
+    for thread in threads:
+        thread.start()
     try:
         yield
     finally:
-        thread.join()
+        for thread in threads:
+            thread.join()
+
+
+def _timing_inputs(options: GradeOptions) -> Callable[[], object]:
+    """The class's timing inputs drawn and published: every grading process then reads them
+    (autograder.timing.publish_input), none draws its own at its first timing, when the first students all time
+    at once."""
+    sizes = [options.rubric.timing.size_of(shape) for shape in (Shape.SUM_1D, Shape.MAX_2D)]
+    return lambda: [publish_input(options.seed, size) for size in sizes]
+
+
+def _cpu_backend(options: GradeOptions) -> Callable[[], object]:
+    """The CPU backend's runtime and precompiled preludes built (once a machine: a fresh one builds them here), which
+    the CPU backend's workers and the CPU analysis's builds of every grading process use."""
+
+    def build() -> None:
+        with suppress(GraderError):  # no CPU backend here: its workers say why
+            precompiled_preludes(cpu_toolchain(options.backend_options))
+
+    return build
 
 
 @contextmanager

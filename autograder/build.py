@@ -81,18 +81,17 @@ class Builder:
     def _make_together(self, claimed: list[tuple[Stage, KernelSource, Future[Build]]], pool: Executor) -> None:
         try:
             checked = []
-            for stage, source, future in claimed:
-                try:
-                    with cpu_slot():
+            with cpu_slot():  # one core, waited for once, for every stage's source policy and the batch
+                for stage, source, future in claimed:
+                    try:
                         check_source(source, self.sandbox, self.device)
-                    checked.append((stage, source, future))
-                except BaseException as error:
-                    future.set_exception(error)
-            try:
-                with cpu_slot():
+                        checked.append((stage, source, future))
+                    except BaseException as error:
+                        future.set_exception(error)
+                try:
                     together = self._build_together([(stage, source) for stage, source, _ in checked])
-            except Exception:  # a batch that fails is never a stage's verdict: each stage is then built alone
-                together = {}
+                except Exception:  # a batch that fails is never a stage's verdict: each stage is then built alone
+                    together = {}
             for stage, source, future in checked:
                 if stage.id in together:
                     future.set_result(together[stage.id])

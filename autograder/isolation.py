@@ -28,16 +28,19 @@ import threading
 import time
 import traceback
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autograder import sandbox as sandboxing
 from autograder.backends import create_backend
 from autograder.errors import GraderError, KernelFault, KernelTimeout
 from autograder.records import DeviceInfo
 from autograder.wire import MAX_REPLY_BYTES, WireError, check, decode_reply, encode_reply, printable
+
+if TYPE_CHECKING:
+    from autograder.backends.cpu.compiler import Toolchain
 
 STARTUP_SECONDS = 120.0  # creating a CUDA context or compiling the CPU runtime the first time
 LOG_TAIL_CHARS = 2000
@@ -413,16 +416,21 @@ def _timing_inputs() -> tuple[Path, ...]:
 
 
 def _with_cpu_runtime(options: dict[str, Any]) -> tuple[dict[str, Any], tuple[Path, ...]]:
+    try:
+        toolchain = cpu_toolchain(options)
+    except GraderError:
+        return options, ()  # no CPU backend here: the worker says why when it starts
+    explicit = {**options, "fibers": toolchain.fibers, "cache_dir": str(toolchain.cache)}
+    explicit["compiler"] = toolchain.compiler
+    return explicit, (toolchain.runtime, toolchain.runtime.with_suffix(".json"))
+
+
+def cpu_toolchain(options: Mapping[str, Any]) -> Toolchain:
+    """The CPU backend's toolchain for a worker with these backend options, its runtime built (once a machine)."""
     from autograder.backends.cpu.compiler import cache_directory, prepare_toolchain
 
     fibers = options.get("fibers") or os.environ.get("AUTOGRADER_CPU_FIBERS") or "auto"
-    cache = Path(options.get("cache_dir") or cache_directory())
-    try:
-        toolchain = prepare_toolchain(fibers, cache)
-    except GraderError:
-        return options, ()  # no CPU backend here: the worker says why when it starts
-    explicit = {**options, "fibers": toolchain.fibers, "cache_dir": str(cache), "compiler": toolchain.compiler}
-    return explicit, (toolchain.runtime, toolchain.runtime.with_suffix(".json"))
+    return prepare_toolchain(fibers, Path(options.get("cache_dir") or cache_directory()))
 
 
 if __name__ == "__main__":

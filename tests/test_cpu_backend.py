@@ -1171,3 +1171,60 @@ __global__ void reduce_naive(const float *g_in, float *g_out, unsigned int n) {
     finally:
         either.free(data)
         either.free(out)
+
+
+def _counting_compiler(folder: Path) -> tuple[Path, Path]:
+    """A g++ that writes a line to its log for each call, and the log."""
+    log = folder / "calls.log"
+    wrapper = folder / "g++"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("g++")} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+def _compiles(log: Path) -> list[str]:
+    """The compiler's calls in its log, less those that only ask its version."""
+    return [line for line in log.read_text().splitlines() if line != "-dumpfullversion"] if log.exists() else []
+
+
+def _runtime_builds(log: Path) -> int:
+    return sum("ag_runtime.cpp" in line for line in _compiles(log))
+
+
+def test_graders_starting_together_on_a_fresh_machine_build_the_runtime_once(tmp_path: Path) -> None:
+    # Sixteen grading processes of a class each started two workers at once, and each built the runtime for itself:
+    # 32 compiles of 3 core-seconds at a class's start, before any kernel compiled.
+    wrapper, log = _counting_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    program = (
+        "import sys; from pathlib import Path; from autograder.backends.cpu.compiler import prepare_toolchain; "
+        "print(prepare_toolchain('ucontext', Path(sys.argv[1]), sys.argv[2]).runtime)"
+    )
+    graders = [
+        subprocess.Popen([sys.executable, "-c", program, str(cache), str(wrapper)], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    runtimes = {grader.communicate(timeout=300)[0].strip() for grader in graders}
+    assert all(grader.returncode == 0 for grader in graders)
+    assert len(runtimes) == 1 and Path(runtimes.pop()).is_file()
+    assert _runtime_builds(log) == 1
+
+
+def test_a_class_builds_the_cpu_backend_before_its_processes_ask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The class's host builds the runtime and the precompiled preludes while its processes start
+    # (autograder.batch): a grading process then finds them made, and compiles neither.
+    from autograder import batch
+    from autograder.grade import GradeOptions
+
+    wrapper, log = _counting_compiler(tmp_path)
+    monkeypatch.setenv("CXX", str(wrapper))
+    options = GradeOptions(backend="cpu", backend_options={"cache_dir": str(tmp_path / "cache")})
+    with batch._ahead(batch._cpu_backend(options)):
+        pass  # the class's grading
+    made = _compiles(log)
+    assert _runtime_builds(log) == 1 and len(made) == 3  # the runtime, and a prelude for each build
+    toolchain = prepare_toolchain(cache=tmp_path / "cache")  # a grading process
+    assert set(precompiled_preludes(toolchain)) == {"fast", "checked"}
+    assert _compiles(log) == made

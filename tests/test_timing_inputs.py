@@ -413,7 +413,7 @@ def test_a_class_on_a_gpu_publishes_its_inputs_before_any_grading_process_asks(
     monkeypatch.setenv("AUTOGRADER_CACHE_DIR", str(tmp_path))
     options = GradeOptions(seed=SEED)
     options = replace(options, rubric=replace(options.rubric, timing=SETTINGS))
-    with batch._timing_inputs_ahead(options, wanted=True):
+    with batch._ahead(batch._timing_inputs(options)):
         pass  # the class's grading
     timing._PUBLISHED.clear()  # a grading process of the class
 

@@ -13,6 +13,7 @@ prelude (a wrong argument to a shuffle, say) is put on the student's line that g
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +123,15 @@ def _publish(temporary: Path, final: Path) -> None:
     os.replace(temporary, final)
 
 
+@contextlib.contextmanager
+def _alone(cache: Path, name: str) -> Iterator[None]:
+    """Held while this process builds `name` into the cache: graders that start together (a class's processes on
+    a fresh machine) build it once, one after another finding it made, rather than all at once, each its own."""
+    with open(cache / f".{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # closing the file lets go of the lock
+
+
 def prepare_toolchain(fibers: str = "auto", cache: Path | None = None, compiler: str | None = None) -> Toolchain:
     """Find g++ and build (or find in the cache) the runtime with the fiber kind asked for."""
     if fibers not in FIBER_KINDS:
@@ -142,18 +153,28 @@ def prepare_toolchain(fibers: str = "auto", cache: Path | None = None, compiler:
         runtime = cache / f"libagrt-{key}.so"
         manifest = cache / f"libagrt-{key}.json"
         if _read_manifest(manifest, {"runtime": runtime}) is None:
-            with tempfile.NamedTemporaryFile(dir=cache, suffix=".so", delete=False) as handle:
-                temporary = Path(handle.name)
-            command = [compiler, *flags, "-o", str(temporary), str(RUNTIME_DIR / "ag_runtime.cpp"), *libraries]
-            result = subprocess.run(command, capture_output=True, text=True)
-            if result.returncode != 0:
-                temporary.unlink(missing_ok=True)
-                failures.append(f"{kind}: {result.stderr.strip()[-500:]}")
+            with _alone(cache, runtime.name):
+                failure = None if _read_manifest(manifest, {"runtime": runtime}) else _build_runtime(
+                    [compiler, *flags, str(RUNTIME_DIR / "ag_runtime.cpp"), *libraries], runtime, manifest
+                )
+            if failure:
+                failures.append(f"{kind}: {failure}")
                 continue
-            _publish(temporary, runtime)
-            _write_manifest(manifest, {"runtime": runtime}, result.stderr, {})
         return Toolchain(compiler, version, kind, runtime, cache, key)
     raise BackendUnavailable("could not build the CPU backend's runtime: " + " | ".join(failures))
+
+
+def _build_runtime(command: list[str], runtime: Path, manifest: Path) -> str | None:
+    """Build the runtime with `command` (the compiler, its flags and files), and publish it: None, or why not."""
+    with tempfile.NamedTemporaryFile(dir=runtime.parent, suffix=".so", delete=False) as handle:
+        temporary = Path(handle.name)
+    result = subprocess.run([*command, "-o", str(temporary)], capture_output=True, text=True)
+    if result.returncode != 0:
+        temporary.unlink(missing_ok=True)
+        return result.stderr.strip()[-500:] or f"the compiler exited with {result.returncode}"
+    _publish(temporary, runtime)
+    _write_manifest(manifest, {"runtime": runtime}, result.stderr, {})
+    return None
 
 
 BUILD_FLAGS = {"fast": COMMON_FLAGS, "checked": COMMON_FLAGS + CHECK_FLAGS}
@@ -169,8 +190,9 @@ def precompiled_preludes(toolchain: Toolchain) -> dict[str, Path]:
     for build, flags in BUILD_FLAGS.items():
         folder = toolchain.cache / f"prelude-{_digest(toolchain.key, build, *flags)}"
         if not _verified_prelude(folder):
-            with contextlib.suppress(OSError):
-                _precompile(toolchain, flags, folder)
+            with contextlib.suppress(OSError), _alone(toolchain.cache, folder.name):
+                if not _verified_prelude(folder):  # another grader's, made while this one waited
+                    _precompile(toolchain, flags, folder)
         if _verified_prelude(folder):
             found[build] = folder
     return found
