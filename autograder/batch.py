@@ -337,7 +337,8 @@ def grade_class(
 
     gpu_tasks = options.backend != "cpu"
     timed_here = gpu_tasks and bool(_class_gpus(options, spread)) and options.measure_speed and bool(tasks)
-    built_here = bool(tasks) and spread.scheduler is None
+    # The CPU backend's runtime is every worker's but a GPU worker's with no race analysis, and the local cluster's.
+    built_here = bool(tasks) and spread.scheduler is None and (options.backend != "gpu" or options.race_checks)
     with (
         _ahead(_timing_inputs(options) if timed_here else None, _cpu_backend(options) if built_here else None),
         _shared_sessions(options, spread, local_cluster and gpu_tasks and bool(tasks)) as sessions,
@@ -398,7 +399,7 @@ def _cpu_backend(options: GradeOptions) -> Callable[[], object]:
     the CPU backend's workers and the CPU analysis's builds of every grading process use."""
 
     def build() -> None:
-        with suppress(GraderError):  # no CPU backend here: its workers say why
+        with suppress(Exception):  # no CPU backend here (no g++, a cache it cannot write): its workers say why
             precompiled_preludes(cpu_toolchain(options.backend_options))
 
     return build

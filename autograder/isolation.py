@@ -185,11 +185,11 @@ class Worker:
                 pass
         self._stop()
 
-    def report_lines(self, prefix: str, start: int = 0) -> list[str]:
+    def report_lines(self, prefix: str, start: int = 0, most: int | None = None) -> list[str]:
         """The lines of the worker's output from byte `start` on (a `log_size` taken earlier) that start with
-        `prefix` (without it): a launcher's report, read as data. The whole output is read, which the worker's
-        file limit keeps to 64 MiB, so what the student's kernel printed, with the prefix or without, cannot
-        push the report out of reach."""
+        `prefix` (without it): a launcher's report, read as data; the first `most` of them where given. The whole
+        output is read, which the worker's file limit keeps to 64 MiB, so what the student's kernel printed, with
+        the prefix or without, cannot push the report out of reach."""
         found: list[str] = []
         try:
             with open(self._log, "rb") as log:
@@ -197,6 +197,8 @@ class Worker:
                 for raw in log:
                     if raw.startswith(prefix.encode()):
                         found.append(raw[len(prefix) :].decode(errors="replace").rstrip("\n"))
+                        if len(found) == most:
+                            break
         except OSError:
             pass
         return found

@@ -53,7 +53,14 @@ SECONDS_PER_RUN = 120.0
 # is bounded by its small input (SANITIZER_CASES) and the worker's output limit, and a shared session's output is
 # emptied after every run (autograder.sessions).
 PRINT_LIMIT = 0
+# What one run may report. The first REPORT_LINES lines are read, which name every line a kernel races or strays on
+# (a racy unrolled warp prints 40); a run that wrote more than REPORT_BYTES (a kernel built to flood the report)
+# ends its session, whose report is then read once its process has ended, so that no part of it can land in a
+# later run's lines, a classmate's.
+REPORT_LINES = 2000
+REPORT_BYTES = 1 << 20
 PREFIX = "========= "
+PARTNERS = 3  # accesses a race report names beside the first
 
 
 @dataclass(frozen=True)
@@ -182,9 +189,9 @@ def run_in(
     except (KernelTimeout, KernelFault) as error:
         # memcheck stops a kernel at its first bad access: the fault is expected, the report says why.
         failed = str(error).splitlines()[0]
-    if can_print(build):
+    if can_print(build) or worker.log_size() - start > REPORT_BYTES:
         worker.shut_down(wait=60.0)
-    return failed, worker.report_lines(PREFIX, start)
+    return failed, worker.report_lines(PREFIX, start, REPORT_LINES)
 
 
 def launcher_of(sanitizer: str, tool: str) -> tuple[str, ...]:
@@ -226,15 +233,15 @@ _NOT_REPORTS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Prog
 def parse_report(tool: str, lines: list[str], builds: Mapping[str, Build]) -> dict[str, list[Finding]]:
     """The findings in one tool's report lines (without the prefix), by stage."""
     names = {get_stage(stage_id).kernel_name: stage_id for stage_id in builds}
-    found: dict[str, list[Finding]] = {}
+    found: dict[str, dict[tuple[str, int | None], Finding]] = {}
     for block in _blocks(lines):
         stage_id = _stage_of(block, names)
         if stage_id is None:
             continue  # a report about no kernel of this student's (the grader's own code, say)
         finding = _finding(tool, block, get_stage(stage_id).kernel_name, builds[stage_id].source.cell_line)
-        if finding is not None:
-            found.setdefault(stage_id, []).append(finding)
-    return found
+        if finding is not None:  # one a kind and line, the latest: what the stage keeps (pipeline.work.collect)
+            found.setdefault(stage_id, {})[finding.kind, finding.line] = finding
+    return {stage_id: list(seen.values()) for stage_id, seen in found.items()}
 
 
 def _blocks(lines: list[str]) -> list[list[str]]:
@@ -289,11 +296,13 @@ def _finding(
         race = _RACE.match(header)
         if race is None:
             return None
-        partners = " and ".join(
+        partners = [
             f"a {text.split()[1].lower()}" + (f" at line {cell_line(_source_line(text))}" if _source_line(text) else "")
             for text in block[1:]
             if text.startswith("and ")
-        )
+        ]
+        more = len(partners) - PARTNERS
+        partners = " and ".join(partners[:PARTNERS]) + (f" and {more} more" if more > 0 else "")
         hazards = sum(int(n) for n in _HAZARDS.findall(" ".join(block)))
         within_warp = race["severity"] == "Warning"
         kind = "race_syncwarp" if within_warp else "race_syncthreads"

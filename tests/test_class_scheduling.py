@@ -17,15 +17,14 @@ from pathlib import Path
 import dask
 import pytest
 
-from autograder import batch, isolation, schedule
+from autograder import batch, schedule
 from autograder.batch import ClassOptions, grade_class
 from autograder.build import Builder, reference_build
 from autograder.executors import StudentWorkers
 from autograder.grade import GradeOptions, grade_notebook
 from autograder.isolation import Worker
-from autograder.pipeline import run as run_module
 from autograder.pipeline.run import StudentRun
-from autograder.records import DeviceInfo, PerfVerdict, Status, StudentResult, to_dict
+from autograder.records import PerfVerdict, Status, StudentResult, to_dict
 from autograder.references import reference_source
 from autograder.sandbox import TOOL_NICENESS, Sandbox
 from autograder.schedule import Placement, gpu_gate, place, run
@@ -362,28 +361,3 @@ def test_a_worker_started_ahead_is_closed_with_its_student_even_while_it_starts(
     workers.close()
     time.sleep(2.0)  # any start still going has ended by now (a CPU worker starts in a fraction of a second)
     assert not workers.checker().alive
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_kernels_built_for_a_gpu_the_worker_turns_out_not_to_have_are_built_again_for_its_device(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A process's first student compiles for the GPU nvidia-smi names, before its main worker (a CUDA context) has
-    # started. Where the worker's device is another (`auto` whose GPU did not start takes the CPU backend, as here,
-    # on a machine with no GPU), its kernels are built again for that device: the grades of a run that waited.
-    options = replace(OPTIONS, backend="auto")
-    waited = grade_notebook(EXAMPLES / "bob.ipynb", "bob", options)
-    made_for = []
-
-    class Recorded(Builder):
-        def __init__(self, device, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-            made_for.append(device.backend)
-            super().__init__(device, *args, **kwargs)
-
-    monkeypatch.setattr(run_module, "Builder", Recorded)
-    monkeypatch.setattr(run_module, "_gpu_ahead", lambda _: DeviceInfo("gpu", "a GPU nvidia-smi names", "9.0"))
-    monkeypatch.setattr(isolation, "_DEVICES", {})  # as in a process whose worker never started
-    assumed = grade_notebook(EXAMPLES / "bob.ipynb", "bob", options)
-    assert made_for[0] == "gpu" and made_for[-1] == "cpu"  # the assumed GPU's builder, then its replacement
-    assert assumed.device == waited.device and assumed.device.backend == "cpu"
-    assert grades((assumed,)) == grades((waited,))

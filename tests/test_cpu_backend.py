@@ -1210,6 +1210,21 @@ def test_graders_starting_together_on_a_fresh_machine_build_the_runtime_once(tmp
     assert _runtime_builds(log) == 1
 
 
+def test_a_runtime_this_machine_cannot_build_is_tried_once_not_at_every_workers_start(tmp_path: Path) -> None:
+    # Without Boost's archive the first variant fails; each start of a worker, in each grading process, tried it
+    # again (a compile of a second or more), one after another once the build is one grader's at a time.
+    real = shutil.which("g++")
+    log = tmp_path / "calls.log"
+    wrapper = tmp_path / "g++"
+    fails_boost = 'case "$*" in *AG_REQUIRE_BOOST*) exit 1;; esac'
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\n{fails_boost}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    for _ in range(3):
+        toolchain = prepare_toolchain("auto", tmp_path / "cache", str(wrapper))
+        assert toolchain.fibers == "ucontext"
+    assert _runtime_builds(log) == 3  # the two Boost variants failed once each, and ucontext was built once
+
+
 def test_a_class_builds_the_cpu_backend_before_its_processes_ask(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1220,11 +1235,13 @@ def test_a_class_builds_the_cpu_backend_before_its_processes_ask(
 
     wrapper, log = _counting_compiler(tmp_path)
     monkeypatch.setenv("CXX", str(wrapper))
-    options = GradeOptions(backend="cpu", backend_options={"cache_dir": str(tmp_path / "cache")})
+    monkeypatch.delenv("AUTOGRADER_CPU_FIBERS", raising=False)
+    cache = tmp_path / "cache"
+    options = GradeOptions(backend="cpu", backend_options={"cache_dir": str(cache), "fibers": "ucontext"})
     with batch._ahead(batch._cpu_backend(options)):
         pass  # the class's grading
     made = _compiles(log)
     assert _runtime_builds(log) == 1 and len(made) == 3  # the runtime, and a prelude for each build
-    toolchain = prepare_toolchain(cache=tmp_path / "cache")  # a grading process
+    toolchain = prepare_toolchain("ucontext", cache)  # a grading process
     assert set(precompiled_preludes(toolchain)) == {"fast", "checked"}
     assert _compiles(log) == made

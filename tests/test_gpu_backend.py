@@ -20,7 +20,7 @@ import pytest
 
 from autograder import errors
 from autograder.backends.base import Backend, Kernel
-from autograder.backends.gpu import NVCC_OPTIONS, find_nvcc, parse_nvcc_output, shared_compute_capability
+from autograder.backends.gpu import NVCC_OPTIONS, find_nvcc, parse_nvcc_output
 from autograder.launch import Plan
 from autograder.records import KernelSource, SourceLocation
 from autograder.stages import MAX2D_BASELINE, STAGES, Shape, Stage, get_stage
@@ -427,24 +427,3 @@ def test_elapsed_ms_gives_up_holding_when_the_work_waits(backend: Backend) -> No
     started = time.perf_counter()
     assert backend.elapsed_ms(backend.synchronize) < 1.0
     assert 0.9 * HOLD_LIMIT_NS / 1e9 < time.perf_counter() - started < 10
-
-
-@pytest.mark.gpu
-def test_the_compute_capability_named_before_any_context_is_the_devices(backend: Backend) -> None:
-    # A class's first students compile for what nvidia-smi names (autograder.pipeline.run._gpu_ahead), while their
-    # workers make their contexts: it must be what the driver says in the context.
-    assert shared_compute_capability() == backend.device().compute_capability
-
-
-def test_no_compute_capability_is_named_where_the_gpus_differ_or_nvidia_smi_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Which GPU a device number names is the driver's order, not nvidia-smi's: only one capability for all is used.
-    smi = tmp_path / "nvidia-smi"
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    for output, status, named in (("9.0\n9.0\n", 0, "9.0"), ("9.0\n8.0\n", 0, None), ("", 9, None), ("N/A\n", 0, None)):
-        smi.write_text(f"#!/bin/sh\nprintf '{output}'\nexit {status}\n")
-        smi.chmod(0o755)
-        shared_compute_capability.cache_clear()
-        assert shared_compute_capability() == named, output
-    shared_compute_capability.cache_clear()

@@ -599,24 +599,6 @@ def _cuda_version(number: int) -> str:
     return f"{number // 1000}.{number % 1000 // 10}"
 
 
-@functools.cache
-def shared_compute_capability() -> str | None:
-    """The compute capability ("9.0") that every GPU of this machine has, as nvidia-smi tells it without a CUDA
-    context: what a kernel is built for before any worker has started. None where nvidia-smi is missing or fails,
-    or where the GPUs differ (then only a worker on the GPU, through the driver's numbering, can say which)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        result = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    found = set(result.stdout.split()) if result.returncode == 0 else set()
-    return found.pop() if len(found) == 1 and re.fullmatch(r"\d+\.\d+", next(iter(found))) else None
-
-
 def _nvidia_driver_version() -> str | None:
     try:
         text = Path("/proc/driver/nvidia/version").read_text()

@@ -40,7 +40,7 @@ def building_ahead(run: StudentRun, stages: Sequence[tuple[Stage, KernelSource]]
     if not stages:
         yield  # nothing to compile: every stage comes from the class memo, and no worker need start
         return
-    analysis = run.built_for_gpu and run.options.race_checks
+    analysis = run.on_gpu and run.options.race_checks
     with ThreadPoolExecutor(max_workers=len(stages) * (2 if analysis else 1) + 5) as pool:
         for worker in _workers_ahead(run):
             pool.submit(worker.start)
@@ -58,7 +58,7 @@ def _workers_ahead(run: StudentRun) -> list[Worker]:
     compute-sanitizer sessions its quiet kernels share, where this process keeps them (a class's host starts
     its own: autograder.sessions)."""
     workers = [run.worker]
-    if run.built_for_gpu:
+    if run.on_gpu:
         if run.options.race_checks:
             workers.append(run.workers.checker())
         tool = sanitizer.find_sanitizer()

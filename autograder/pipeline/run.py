@@ -18,7 +18,6 @@ from autograder.executors import StudentWorkers
 from autograder.isolation import Worker
 from autograder.memo import StageMemo
 from autograder.pipeline.work import Phases, StageWork
-from autograder.records import DeviceInfo
 from autograder.references import references_available
 from autograder.rubric import Rubric
 from autograder.sandbox import Sandbox
@@ -46,38 +45,22 @@ class StudentRun:
     _waiters: int = 0  # the student's threads waiting at the gate now
     _since: float = 0.0  # when `waited` was last brought up to date
     _checker_builder: Builder | None = None
-    # The builder was made before the main worker's start, for the device nvidia-smi named: `confirm_builder`.
-    builder_assumed: bool = False
 
     @classmethod
     def start(cls, options: GradeOptions, workers: StudentWorkers) -> StudentRun:
         main = workers.main
-        assumed = None if main.known else _gpu_ahead(options)
         if not main.known and options.race_checks and options.backend != "cpu" and Path("/dev/nvidia0").exists():
-            workers.start_checker_ahead()  # a process's first student: its CPU analysis's worker starts meanwhile
-        device = assumed or main.device  # without `assumed`, waits for the main worker's start
+            # A process's first student: its builder waits for the main worker's start (on a GPU a CUDA context,
+            # seconds when a class starts) to learn the device; the CPU analysis's worker starts meanwhile.
+            workers.start_checker_ahead()
         return cls(
             options=options,
             workers=workers,
-            builder=Builder(device, main.sandbox, dict(options.backend_options)),
+            builder=Builder(main.device, main.sandbox, dict(options.backend_options)),
             memo=StageMemo(options.memo_dir) if options.memo_dir is not None else None,
-            gpu=int(options.backend_options.get("device_index", 0)) if device.backend == "gpu" else None,
+            gpu=int(options.backend_options.get("device_index", 0)) if main.device.backend == "gpu" else None,
             references=references_available(),
-            builder_assumed=assumed is not None,
         )
-
-    def confirm_builder(self) -> None:
-        """Make the builder the main worker's device's, waiting for that worker's start. One made before it, for
-        the GPU nvidia-smi names (`_gpu_ahead`), is replaced where the worker's device is another (`auto` on a GPU
-        whose context could not be made takes the CPU backend): the builds are then made again, for the device
-        they run on."""
-        if self.builder_assumed:
-            device = self.worker.device
-            built_for = self.builder.device
-            if (device.backend, device.compute_capability) != (built_for.backend, built_for.compute_capability):
-                self.builder = Builder(device, self.worker.sandbox, dict(self.options.backend_options))
-                self.gpu = self.gpu if device.backend == "gpu" else None
-            self.builder_assumed = False
 
     @property
     def rubric(self) -> Rubric:
@@ -91,11 +74,6 @@ class StudentRun:
     @property
     def on_gpu(self) -> bool:
         return self.worker.device.backend == "gpu"
-
-    @property
-    def built_for_gpu(self) -> bool:
-        """`on_gpu` as the builder's device says it, which needs no worker to have started (`confirm_builder`)."""
-        return self.builder.device.backend == "gpu"
 
     def checker_builder(self) -> Builder:
         """Builds for the CPU analysis of GPU stages (autograder.pipeline.analyse)."""
@@ -169,15 +147,3 @@ class StudentRun:
                 calibrations.write_calibration(found, calibrations.calibration_path(gpu, calibrations.USER_DIR))
             self._calibration = found
         return self._calibration
-
-
-def _gpu_ahead(options: GradeOptions) -> DeviceInfo | None:
-    """For a process's first student on a GPU, the device its kernels are built for before the main worker has
-    started: that start is a CUDA context, seconds when a class starts, and compiling need not wait for it. None
-    where it cannot be told without the worker (no GPU or nvcc here, or GPUs of different compute capabilities)."""
-    if options.backend == "cpu" or not Path("/dev/nvidia0").exists():
-        return None
-    from autograder.backends.gpu import find_nvcc, shared_compute_capability
-
-    capability = shared_compute_capability() if find_nvcc() else None
-    return DeviceInfo("gpu", "a GPU as nvidia-smi names it", capability) if capability else None

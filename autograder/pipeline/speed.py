@@ -140,11 +140,11 @@ def _group(
                 if own is not None:
                     build = built.get(previous.id) or run.builder.build(previous, own)
                 else:
-                    build = reference_build(run.worker.device, run.worker.sandbox, previous.id)
+                    build = reference_build(run.builder.device, run.builder.sandbox, previous.id)
                 group.kernels[baseline] = TimedKernel(baseline, previous.id, build)
         reference = f"reference {stage.id}"
         if reference not in group.kernels:
-            build = reference_build(run.worker.device, run.worker.sandbox, stage.id)
+            build = reference_build(run.builder.device, run.builder.sandbox, stage.id)
             group.kernels[reference] = TimedKernel(reference, stage.id, build)
         group.compared[stage.id] = (yours, baseline, reference)
     return group

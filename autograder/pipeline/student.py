@@ -49,7 +49,6 @@ def grade_student(
     it, which ran only the student's other kernels, may serve the next student when they were clean."""
     works: list[StageWork] = []
     with building_ahead(run, _unchecked(run, wanted, sources, problems)):
-        run.confirm_builder()  # while the student's kernels compile
         for stage_id in wanted:
             if progress:
                 progress(stage_id)

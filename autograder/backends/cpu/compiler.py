@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -126,7 +127,9 @@ def _publish(temporary: Path, final: Path) -> None:
 @contextlib.contextmanager
 def _alone(cache: Path, name: str) -> Iterator[None]:
     """Held while this process builds `name` into the cache: graders that start together (a class's processes on
-    a fresh machine) build it once, one after another finding it made, rather than all at once, each its own."""
+    a fresh machine) build it once, one after another finding it made, rather than all at once, each its own.
+    Taken after a core (schedule.cpu_slot) where both are, never the other way round, and nothing is waited for
+    while it is held but the build."""
     with open(cache / f".{name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield  # closing the file lets go of the lock
@@ -149,32 +152,64 @@ def prepare_toolchain(fibers: str = "auto", cache: Path | None = None, compiler:
             continue
         flags = ["-std=gnu++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
         flags.append("-DAG_REQUIRE_BOOST" if kind == "boost.context" else "-DAG_UCONTEXT")
-        key = _digest(compiler, version, kind, _runtime_sources(), " ".join(flags + libraries))
+        found = [_found_library(compiler, library) for library in libraries]  # one installed later: a new key
+        key = _digest(compiler, version, kind, _runtime_sources(), " ".join(flags + libraries + found))
         runtime = cache / f"libagrt-{key}.so"
-        manifest = cache / f"libagrt-{key}.json"
-        if _read_manifest(manifest, {"runtime": runtime}) is None:
-            with _alone(cache, runtime.name):
-                failure = None if _read_manifest(manifest, {"runtime": runtime}) else _build_runtime(
-                    [compiler, *flags, str(RUNTIME_DIR / "ag_runtime.cpp"), *libraries], runtime, manifest
-                )
-            if failure:
-                failures.append(f"{kind}: {failure}")
-                continue
-        return Toolchain(compiler, version, kind, runtime, cache, key)
+        failure = _runtime_built([compiler, *flags, str(RUNTIME_DIR / "ag_runtime.cpp"), *libraries], runtime)
+        if failure is None:
+            return Toolchain(compiler, version, kind, runtime, cache, key)
+        failures.append(f"{kind}: {failure}")
     raise BackendUnavailable("could not build the CPU backend's runtime: " + " | ".join(failures))
 
 
-def _build_runtime(command: list[str], runtime: Path, manifest: Path) -> str | None:
-    """Build the runtime with `command` (the compiler, its flags and files), and publish it: None, or why not."""
-    with tempfile.NamedTemporaryFile(dir=runtime.parent, suffix=".so", delete=False) as handle:
-        temporary = Path(handle.name)
-    result = subprocess.run([*command, "-o", str(temporary)], capture_output=True, text=True)
-    if result.returncode != 0:
-        temporary.unlink(missing_ok=True)
-        return result.stderr.strip()[-500:] or f"the compiler exited with {result.returncode}"
-    _publish(temporary, runtime)
-    _write_manifest(manifest, {"runtime": runtime}, result.stderr, {})
-    return None
+@functools.cache
+def _found_library(compiler: str, flag: str) -> str:
+    """Where the compiler finds the library a `-l` flag names (its bare name where it finds none)."""
+    name = flag[3:] if flag.startswith("-l:") else f"lib{flag[2:]}.so"
+    return subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
+
+
+def _runtime_built(command: list[str], runtime: Path) -> str | None:
+    """Build the runtime with `command` (the compiler, its flags and files) unless it is built: None, or why it
+    cannot be. Once a machine: one grader builds it while the others wait (`_alone`), and a build that failed is
+    recorded beside it, so that a variant this machine cannot build (Boost's archive missing, say) is not tried
+    again at every worker's start, each grader in turn."""
+    manifest, failed = runtime.with_suffix(".json"), runtime.with_suffix(".failed")
+
+    def known() -> tuple[bool, str | None]:
+        if _read_manifest(manifest, {"runtime": runtime}) is not None:
+            return True, None
+        with contextlib.suppress(OSError):
+            return True, failed.read_text()
+        return False, None
+
+    done, failure = known()
+    if done:
+        return failure
+    with _alone(runtime.parent, runtime.name):
+        done, failure = known()
+        if done:
+            return failure
+        with tempfile.NamedTemporaryFile(dir=runtime.parent, suffix=".so", delete=False) as handle:
+            temporary = Path(handle.name)
+        try:
+            result = subprocess.run([*command, "-o", str(temporary)], capture_output=True, text=True,
+                                    timeout=RUNTIME_SECONDS)
+        except subprocess.TimeoutExpired:
+            temporary.unlink(missing_ok=True)
+            return f"the compiler took more than {RUNTIME_SECONDS:g} s"  # not recorded: a busy machine, perhaps
+        if result.returncode != 0:
+            temporary.unlink(missing_ok=True)
+            failure = result.stderr.strip()[-500:] or f"the compiler exited with {result.returncode}"
+            with contextlib.suppress(OSError):
+                failed.write_text(failure)
+            return failure
+        _publish(temporary, runtime)
+        _write_manifest(manifest, {"runtime": runtime}, result.stderr, {})
+        return None
+
+
+RUNTIME_SECONDS = 300.0
 
 
 BUILD_FLAGS = {"fast": COMMON_FLAGS, "checked": COMMON_FLAGS + CHECK_FLAGS}
@@ -189,10 +224,13 @@ def precompiled_preludes(toolchain: Toolchain) -> dict[str, Path]:
     found = {}
     for build, flags in BUILD_FLAGS.items():
         folder = toolchain.cache / f"prelude-{_digest(toolchain.key, build, *flags)}"
-        if not _verified_prelude(folder):
+        failed = folder.with_suffix(".failed")  # g++ could not make it here: not tried again at every build
+        if not _verified_prelude(folder) and not failed.exists():
             with contextlib.suppress(OSError), _alone(toolchain.cache, folder.name):
-                if not _verified_prelude(folder):  # another grader's, made while this one waited
+                if not _verified_prelude(folder) and not failed.exists():  # another grader's, made meanwhile
                     _precompile(toolchain, flags, folder)
+                    if not _verified_prelude(folder):
+                        failed.touch()
         if _verified_prelude(folder):
             found[build] = folder
     return found
