@@ -26,6 +26,7 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -340,7 +341,8 @@ def grade_class(
     # The CPU backend's runtime is every worker's but a GPU worker's with no race analysis, and the local cluster's.
     built_here = bool(tasks) and spread.scheduler is None and (options.backend != "gpu" or options.race_checks)
     with (
-        _ahead(_timing_inputs(options) if timed_here else None, _cpu_backend(options) if built_here else None),
+        _ahead(partial(_publish_timing_inputs, options) if timed_here else None,
+               partial(_build_cpu_backend, options) if built_here else None),
         _shared_sessions(options, spread, local_cluster and gpu_tasks and bool(tasks)) as sessions,
     ):
         try:
@@ -386,23 +388,19 @@ def _ahead(*jobs: Callable[[], object] | None) -> Iterator[None]:
             thread.join()
 
 
-def _timing_inputs(options: GradeOptions) -> Callable[[], object]:
-    """The class's timing inputs drawn and published: every grading process then reads them
+def _publish_timing_inputs(options: GradeOptions) -> None:
+    """Draw and publish the class's timing inputs: every grading process then reads them
     (autograder.timing.publish_input), none draws its own at its first timing, when the first students all time
     at once."""
-    sizes = [options.rubric.timing.size_of(shape) for shape in (Shape.SUM_1D, Shape.MAX_2D)]
-    return lambda: [publish_input(options.seed, size) for size in sizes]
+    for shape in (Shape.SUM_1D, Shape.MAX_2D):
+        publish_input(options.seed, options.rubric.timing.size_of(shape))
 
 
-def _cpu_backend(options: GradeOptions) -> Callable[[], object]:
-    """The CPU backend's runtime and precompiled preludes built (once a machine: a fresh one builds them here), which
-    the CPU backend's workers and the CPU analysis's builds of every grading process use."""
-
-    def build() -> None:
-        with suppress(Exception):  # no CPU backend here (no g++, a cache it cannot write): its workers say why
-            precompiled_preludes(cpu_toolchain(options.backend_options))
-
-    return build
+def _build_cpu_backend(options: GradeOptions) -> None:
+    """Build the CPU backend's runtime and precompiled preludes (once a machine: a fresh one builds them here),
+    which the CPU backend's workers and the CPU analysis's builds of every grading process use."""
+    with suppress(Exception):  # no CPU backend here (no g++, a cache it cannot write): its workers say why
+        precompiled_preludes(cpu_toolchain(options.backend_options))
 
 
 @contextmanager

@@ -422,8 +422,9 @@ def _with_cpu_runtime(options: dict[str, Any]) -> tuple[dict[str, Any], tuple[Pa
         toolchain = cpu_toolchain(options)
     except GraderError:
         return options, ()  # no CPU backend here: the worker says why when it starts
-    explicit = {**options, "fibers": toolchain.fibers, "cache_dir": str(toolchain.cache)}
-    explicit["compiler"] = toolchain.compiler
+    explicit = {
+        **options, "fibers": toolchain.fibers, "cache_dir": str(toolchain.cache), "compiler": toolchain.compiler
+    }
     return explicit, (toolchain.runtime, toolchain.runtime.with_suffix(".json"))
 
 

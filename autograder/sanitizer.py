@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from autograder.errors import KernelFault, KernelTimeout
 from autograder.isolation import Worker
+from autograder.pipeline.work import collect
 from autograder.records import Build, Finding
 from autograder.stages import Shape, get_stage
 from autograder.verify import Case, sanitized_run
@@ -233,14 +234,14 @@ _NOT_REPORTS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Prog
 def parse_report(tool: str, lines: list[str], builds: Mapping[str, Build]) -> dict[str, list[Finding]]:
     """The findings in one tool's report lines (without the prefix), by stage."""
     names = {get_stage(stage_id).kernel_name: stage_id for stage_id in builds}
-    found: dict[str, dict[tuple[str, int | None], Finding]] = {}
+    found: dict[str, dict[tuple, Finding]] = {}
     for block in _blocks(lines):
         stage_id = _stage_of(block, names)
         if stage_id is None:
             continue  # a report about no kernel of this student's (the grader's own code, say)
         finding = _finding(tool, block, get_stage(stage_id).kernel_name, builds[stage_id].source.cell_line)
-        if finding is not None:  # one a kind and line, the latest: what the stage keeps (pipeline.work.collect)
-            found.setdefault(stage_id, {})[finding.kind, finding.line] = finding
+        if finding is not None:  # one a kind and line, as the stage keeps them
+            collect(found.setdefault(stage_id, {}), (finding,))
     return {stage_id: list(seen.values()) for stage_id, seen in found.items()}
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -1238,7 +1239,7 @@ def test_a_class_builds_the_cpu_backend_before_its_processes_ask(
     monkeypatch.delenv("AUTOGRADER_CPU_FIBERS", raising=False)
     cache = tmp_path / "cache"
     options = GradeOptions(backend="cpu", backend_options={"cache_dir": str(cache), "fibers": "ucontext"})
-    with batch._ahead(batch._cpu_backend(options)):
+    with batch._ahead(partial(batch._build_cpu_backend, options)):
         pass  # the class's grading
     made = _compiles(log)
     assert _runtime_builds(log) == 1 and len(made) == 3  # the runtime, and a prelude for each build

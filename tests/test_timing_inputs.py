@@ -9,6 +9,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -413,7 +414,7 @@ def test_a_class_on_a_gpu_publishes_its_inputs_before_any_grading_process_asks(
     monkeypatch.setenv("AUTOGRADER_CACHE_DIR", str(tmp_path))
     options = GradeOptions(seed=SEED)
     options = replace(options, rubric=replace(options.rubric, timing=SETTINGS))
-    with batch._ahead(batch._timing_inputs(options)):
+    with batch._ahead(partial(batch._publish_timing_inputs, options)):
         pass  # the class's grading
     timing._PUBLISHED.clear()  # a grading process of the class
 

@@ -15,8 +15,8 @@ from autograder.build import Builder
 from autograder.isolation import Worker
 from autograder.records import KernelSource
 from autograder.references import reference_source
-from autograder.sanitizer import PREFIX, parse_report, sanitize
-from autograder.stages import get_stage
+from autograder.sanitizer import PREFIX, REPORT_LINES, SANITIZER_CASES, parse_report, run_in, sanitize
+from autograder.stages import Shape, get_stage
 from autograder.verify import Case, run_case
 
 GENUINE = "Error: Race reported between Read access at reduce_shuffle(const float *)+0x10 in kernel.cu:3"
@@ -117,3 +117,22 @@ def test_a_flood_of_forged_report_lines_cannot_push_the_tools_report_out_of_reac
     shuffle = Builder(worker.device, worker.sandbox).build(get_stage("shuffle"), reference_source("shuffle"))
     found = parse_report("racecheck", lines, {"shuffle": shuffle})
     assert [(f.kind, f.line) for f in found["shuffle"]] == [("race_syncthreads", 3)]
+
+
+def test_a_flood_of_reports_ends_the_session_and_is_read_only_in_part() -> None:
+    # Every report is printed (PRINT_LIMIT), so a kernel built to make the tool print megabytes must neither stall
+    # the grading process that reads them nor leave any for a later run, a classmate's, to read as its own.
+    report = f"{PREFIX}Warning: Race reported between Read access at reduce_shuffle(int)+0x10 in kernel.cu:3"
+    flood = ("/bin/sh", "-c", f'yes "{report}" | head -n 40000; exec "$@"', "launcher")  # about 4 MB
+    with Worker("cpu") as worker:
+        build = Builder(worker.device, worker.sandbox).build(get_stage("shuffle"), reference_source("shuffle"))
+    session = Worker("cpu", launcher=flood)
+    try:
+        failed, lines = run_in(session, build, SANITIZER_CASES[Shape.SUM_1D], 256, nullcontext)
+        assert failed is None and len(lines) == REPORT_LINES
+        assert not session.alive  # ended: its next run starts a fresh one, with an output of its own
+    finally:
+        session.close()
+    assert [(f.kind, f.line) for f in parse_report("racecheck", lines, {"shuffle": build})["shuffle"]] == [
+        ("race_syncwarp", 3)
+    ]
