@@ -250,8 +250,12 @@ class Worker:
         finally:
             theirs.close()
         self._connection = Connection(ours.detach())
-        self._connection.send((sys.path, self.backend_name, options))
-        self._device = _DEVICES[self._kind()] = self._receive(STARTUP_SECONDS, what="starting the backend")
+        try:
+            self._connection.send((sys.path, self.backend_name, options))
+            self._device = _DEVICES[self._kind()] = self._receive(STARTUP_SECONDS, what="starting the backend")
+        except BaseException:
+            self._stop()  # a child that did not start is not left running: the next use starts it again
+            raise
 
     def _receive(self, timeout: float, what: str) -> Any:
         assert self._connection is not None and self._process is not None
@@ -381,7 +385,7 @@ def _reply(connection: Connection, status: str, payload: Any) -> None:
 def _worker_options(backend: str, options: dict[str, Any]) -> tuple[dict[str, Any], tuple[Path, ...]]:
     """The options with what the grader decides made explicit, and the files of the grader's cache the worker
     must read. A sandboxed worker starts with an empty environment, its own home and a read-only view, so the
-    CPU backend's runtime is built here first, and the worker is told which one (fibers kind and cache); a GPU
+    CPU backend's runtime is built here first, and the worker is told the toolchain that built it; a GPU
     worker is handed the timing helper, compiled once here, and may read the timing inputs the grader publishes.
     `auto` gets both: the worker takes what its backend takes (autograder.backends.create_backend)."""
     readable: tuple[Path, ...] = ()
@@ -422,10 +426,7 @@ def _with_cpu_runtime(options: dict[str, Any]) -> tuple[dict[str, Any], tuple[Pa
         toolchain = cpu_toolchain(options)
     except GraderError:
         return options, ()  # no CPU backend here: the worker says why when it starts
-    explicit = {
-        **options, "fibers": toolchain.fibers, "cache_dir": str(toolchain.cache), "compiler": toolchain.compiler
-    }
-    return explicit, (toolchain.runtime, toolchain.runtime.with_suffix(".json"))
+    return {**options, "toolchain": toolchain}, (toolchain.runtime, toolchain.runtime.with_suffix(".json"))
 
 
 def cpu_toolchain(options: Mapping[str, Any]) -> Toolchain:

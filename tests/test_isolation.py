@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.errors import KernelFault, KernelTimeout
+from autograder.errors import GraderError, KernelFault, KernelTimeout
 from autograder.isolation import Worker
 from autograder.sandbox import Sandbox
 
@@ -97,6 +97,16 @@ def test_a_crash_is_a_fault_that_names_the_signal_and_keeps_the_output(worker: W
         worker.call(segfault, timeout=30)
     assert "about to crash" in str(caught.value)
     assert worker.call(backend_name, timeout=30) == "cpu"
+
+
+def test_a_backend_that_fails_to_start_says_why_at_every_use_and_leaves_no_process() -> None:
+    # A worker whose backend failed to start was left running without a device: its next use took it for started
+    # and failed on an assertion, with no word of why (a whole class of stages graded as grader errors).
+    with Worker("cpu", {"schedule": "no such order"}, readable=(TESTS,)) as worker:
+        for _ in range(2):
+            with pytest.raises(GraderError, match="failed to start.*no such order"):
+                worker.start()
+            assert not worker._alive()
 
 
 def test_the_child_writes_nothing_to_the_grader_terminal(worker: Worker, capfd: pytest.CaptureFixture) -> None:

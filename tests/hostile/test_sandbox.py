@@ -13,6 +13,7 @@ import hashlib
 import os
 import pickle
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,7 +27,7 @@ import pytest
 from escapes import try_to_escape, try_to_reach
 
 from autograder import timing
-from autograder.backends.cpu.compiler import build_shared_objects, prepare_toolchain
+from autograder.backends.cpu.compiler import _found_library, build_shared_objects, prepare_toolchain
 from autograder.batch import grade_class
 from autograder.errors import CompileError, KernelFault, KernelTimeout
 from autograder.grade import GradeOptions
@@ -64,6 +65,33 @@ def run_in_sandbox(text: str) -> tuple[float, float]:
     with Worker("cpu") as worker:
         value, _, _ = worker.call(run_case, build, case, 256, timeout=60)
     return value, expected
+
+
+def test_a_sandboxed_worker_runs_the_graders_runtime_wherever_the_grader_found_its_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the GPU machine Boost's archive comes from a folder on LIBRARY_PATH, which a sandboxed worker neither sees
+    # nor is told of. A worker that looked for the runtime itself found the library elsewhere, so named another
+    # runtime, and tried to build it in a cache it sees read-only: no CPU worker started, no stage was graded.
+    archive = Path(subprocess.run(["g++", "-print-file-name=libboost_context.a"], capture_output=True, text=True)
+                   .stdout.strip())
+    if not archive.is_absolute():
+        pytest.skip("needs Boost.Context's static archive")
+    library = tmp_path / "lib"
+    library.mkdir()
+    shutil.copy(archive, library)
+    monkeypatch.setenv("LIBRARY_PATH", str(library))
+    _found_library.cache_clear()
+    try:
+        case = correctness_cases(NAIVE, seed=7)[2]
+        toolchain = prepare_toolchain("boost.context", tmp_path / "cache")
+        build = build_shared_objects(toolchain, NAIVE, KernelSource(REFERENCE), Sandbox())
+        with Worker("cpu", {"cache_dir": str(tmp_path / "cache"), "fibers": "boost.context"}) as worker:
+            assert worker.device.name.startswith("CPU backend")
+            value, _, _ = worker.call(run_case, build, case, 256, timeout=60)
+        assert value == float(make_input(case).astype("float64").sum())
+    finally:
+        _found_library.cache_clear()  # the folder goes with tmp_path
 
 
 def test_a_static_initialiser_cannot_write_files(tmp_path: Path) -> None:

@@ -171,7 +171,10 @@ class CpuBackend(Backend):
         the environment variable AUTOGRADER_CPU_FIBERS sets the default.
     cache_dir: where builds are cached (default `$XDG_CACHE_HOME/autograder/cpu`).
     sandbox: run g++ inside the sandbox (autograder.sandbox) when this backend compiles for itself.
-    compiler: the C++ compiler (default `$CXX`, else g++); a sandboxed worker is told the grader's.
+    compiler: the C++ compiler (default `$CXX`, else g++).
+    toolchain: one the grader prepared (a sandboxed worker is told the grader's, and looks for nothing itself:
+        it sees the cache read-only, and may find the libraries elsewhere or not at all); the three above
+        are then not used.
     """
 
     name = "cpu"
@@ -185,13 +188,16 @@ class CpuBackend(Backend):
         cache_dir: str | Path | None = None,
         sandbox: bool = True,
         compiler: str | None = None,
+        toolchain: Toolchain | None = None,
     ) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {schedule!r}")
         self.schedule = schedule
         self.checks = checks
         fibers = fibers or os.environ.get("AUTOGRADER_CPU_FIBERS", "auto")
-        self.toolchain: Toolchain = prepare_toolchain(fibers, Path(cache_dir) if cache_dir else None, compiler)
+        self.toolchain: Toolchain = toolchain or prepare_toolchain(
+            fibers, Path(cache_dir) if cache_dir else None, compiler
+        )
         # RTLD_GLOBAL is not needed: each kernel library names the runtime as a dependency.
         self._runtime = ctypes.CDLL(str(self.toolchain.runtime))
         self._declare_runtime()
