@@ -415,22 +415,32 @@ def main() -> None:
     for name, serial, measured in rows:
         first, *others = measured.values()
         for where, result in zip(list(measured)[1:], others, strict=True):
-            compare(f"{name}: grades on {where}", grades(result.run), grades(first.run), "those on one GPU")
-        in_class = grades(first.run)
-        compare(f"{name}: the serial students' grades", grades(serial.run), in_class, "theirs in the class run")
+            compare(f"{name}: grades on {where}", result.run, first.run, "those on one GPU")
+        compare(f"{name}: the serial students' grades", serial.run, first.run, "theirs in the class run")
 
 
-def compare(what: str, these: dict[str, list], those: dict[str, list], whose: str) -> None:
-    """Whether every student of `these` has the same grades in `those`; where not, each stage that differs,
-    as (stage, status, correctness points, findings) here and there."""
+def compare(what: str, these: ClassRun, those: ClassRun, whose: str) -> None:
+    """Whether every student of `these` has the same grades in `those`; where not, each stage that differs, as
+    (stage, status, correctness points, findings) here and there, and its message in each run, which says why
+    (a timeout's says which limit ran out where)."""
+    mine, theirs = grades(these), grades(those)
     differing = {
-        student: [(mine, theirs) for mine, theirs in zip(grade, those.get(student, []), strict=False) if mine != theirs]
-        for student, grade in these.items()
-        if those.get(student) != grade
+        student: [(here, there) for here, there in zip(grade, theirs.get(student, []), strict=False) if here != there]
+        for student, grade in mine.items()
+        if theirs.get(student) != grade
     }
     print(f"{what} {'DIFFER from' if differing else 'equal'} {whose}")
+    said = [messages(these), messages(those)]
     for student, stages in sorted(differing.items())[:5]:
-        print(f"  {student}: " + "; ".join(f"{mine} here, {theirs} there" for mine, theirs in stages))
+        print(f"  {student}: " + "; ".join(f"{here} here, {there} there" for here, there in stages))
+        for here, _ in stages:
+            for where, by_student in zip(("here", "there"), said, strict=True):
+                print(f"    {here[0]} {where}: {by_student.get(student, {}).get(here[0], '(no result)')[:300]}")
+
+
+def messages(run: ClassRun) -> dict[str, dict[str, str]]:
+    """Each student's message for each stage."""
+    return {result.student: {s.stage: s.message for s in result.stages} for result in run.results}
 
 
 if __name__ == "__main__":

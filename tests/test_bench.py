@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from autograder.batch import ClassRun
+from autograder.records import DeviceInfo, StageResult, Status, StudentResult
 from autograder.stages import REQUIRED_STAGE_IDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,3 +68,26 @@ def test_process_accounting_counts_every_program_that_ends_inside_it(tmp_path: P
     seconds, count = accounting.programs()
     assert count["ag-acct-probe"] == 3
     assert 0.05 < seconds[Path(sys.executable).name[:15]] < 60  # the name it was started by
+
+
+def test_the_class_bench_says_why_a_stage_graded_differently_in_two_runs(capsys: pytest.CaptureFixture) -> None:
+    # On two GPUs a class gave two correct stages 'timeout', and the bench showed only the statuses: the message,
+    # which names the limit that ran out and where, is what finds the cause.
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from class_throughput import compare
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    def graded(status: Status, message: str) -> ClassRun:
+        stage = StageResult("max2d", status, message)
+        student = StudentResult("ann", "ann.ipynb", 1, "", DeviceInfo("gpu", "GPU"), "rubric", (stage,))
+        return ClassRun((student,), (), ROOT)
+
+    timed_out = "timed out: the kernel ran past its 42 s limit"
+    compare("distinct: grades on 2 GPUs", graded(Status.TIMEOUT, timed_out), graded(Status.CORRECT, "correct"), "")
+    compare("distinct: grades again", graded(Status.CORRECT, "right"), graded(Status.CORRECT, "right again"), "")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "distinct: grades on 2 GPUs DIFFER from "
+    assert out[2:4] == [f"    max2d here: {timed_out}", "    max2d there: correct"]
+    assert out[4:] == ["distinct: grades again equal "]  # the same grades, whatever each message says
