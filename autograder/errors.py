@@ -52,5 +52,10 @@ class BackendUnavailable(GraderError):
     """The backend asked for cannot run here (no GPU, no PyCUDA, no compiler)."""
 
 
+class StartTimeout(BackendUnavailable):
+    """A worker did not start within its limit: no student code runs then, so it is the machine's trouble (a
+    stall, a GPU that makes no context), never a kernel's timeout."""
+
+
 class ConfigError(GraderError):
     """A rubric or calibration file is missing or malformed."""

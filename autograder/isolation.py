@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from autograder import sandbox as sandboxing
 from autograder.backends import create_backend
-from autograder.errors import GraderError, KernelFault, KernelTimeout
+from autograder.errors import GraderError, KernelFault, KernelTimeout, StartTimeout
 from autograder.records import DeviceInfo
 from autograder.wire import MAX_REPLY_BYTES, WireError, check, decode_reply, encode_reply, printable
 
@@ -118,13 +118,45 @@ class Worker:
         calls: Sequence[tuple[Any, ...]],
         timeouts: Sequence[float],
         budget: float | None = None,
+        confirm: bool = False,
     ) -> Iterator[Any]:
         """`fn(backend, *args)` for each `args` of `calls` in turn, in one message to the child: each result as it
         comes, each within its own timeout (counted from the result before it), and all of them within `budget`
         seconds where one is given. The child stops at the first call that raises, and so does the iteration, with
         that call's error; a caller that stops taking results early stops the worker, whose next call starts a
-        fresh one."""
-        return self._calls(fn, calls, timeouts, many=True, budget=budget)
+        fresh one.
+
+        With `confirm`, the first limit that runs out (a call's or the budget) is confirmed before it is the answer:
+        the calls from the one it stopped are sent again, once, to a fresh child, that one with twice its time and
+        the budget afresh. A stall of the machine (the driver's lock while many CUDA contexts start or end, the
+        kernel's clean-up of the sandboxes' namespaces) holds a call up as long as a hang does; a limit that runs
+        out in the second try too is the answer."""
+        if not confirm:
+            return self._calls(fn, calls, timeouts, many=True, budget=budget)
+        return self._confirmed(fn, calls, timeouts, budget)
+
+    def _confirmed(
+        self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], timeouts: Sequence[float], budget: float | None
+    ) -> Iterator[Any]:
+        taken = 0
+        try:
+            for value in self._calls(fn, calls, timeouts, many=True, budget=budget):
+                taken += 1
+                yield value
+            return
+        except KernelTimeout as error:
+            first, stopped = str(error), taken
+        again = [2 * timeouts[taken], *timeouts[taken + 1 :]]
+        try:
+            for value in self._calls(fn, calls[taken:], again, many=True, budget=budget):
+                taken += 1
+                yield value
+        except KernelTimeout as error:
+            if taken == stopped:
+                why = f"{first}; the second try, in a fresh worker with {again[0]:g} s, ran past its time too"
+            else:
+                why = f"{error} (a second try, in a fresh worker, after: {first})"
+            raise KernelTimeout(why) from None
 
     def _calls(
         self,
@@ -253,8 +285,10 @@ class Worker:
         try:
             self._connection.send((sys.path, self.backend_name, options))
             self._device = _DEVICES[self._kind()] = self._receive(STARTUP_SECONDS, what="starting the backend")
-        except BaseException:
+        except BaseException as error:
             self._stop()  # a child that did not start is not left running: the next use starts it again
+            if isinstance(error, KernelTimeout):
+                raise StartTimeout(str(error)) from None
             raise
 
     def _receive(self, timeout: float, what: str) -> Any:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import AuthenticationError, Client, Connection, Listener
 from typing import Any
 
-from autograder.errors import GraderError, KernelTimeout
+from autograder.errors import GraderError, StartTimeout
 from autograder.isolation import Worker
 from autograder.records import Build
 from autograder.sanitizer import run_in
@@ -177,7 +177,7 @@ class _Session:
             self._worker.start()
         except GraderError as error:
             why = str(error).splitlines()[0]
-            if isinstance(error, KernelTimeout):
+            if isinstance(error, StartTimeout):
                 self._hung = time.monotonic(), why
             return why
         self._hung = None

@@ -8,11 +8,14 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from autograder.errors import GraderError, KernelFault, KernelTimeout
+from autograder import isolation
+from autograder.errors import GraderError, KernelFault, KernelTimeout, StartTimeout
 from autograder.isolation import Worker
 from autograder.sandbox import Sandbox
 
@@ -35,6 +38,14 @@ def threads_and_environment(backend) -> tuple[int, tuple[str, ...]]:
     """The worker's threads, and what it was told about the math libraries' thread pools."""
     names = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
     return len(os.listdir("/proc/self/task")), tuple(os.environ.get(name, "unset") for name in names)
+
+
+def burn(backend, seconds: float) -> float:
+    """Keep a core busy for `seconds` of the worker's CPU time."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    return seconds
 
 
 def chatter(backend) -> str:
@@ -90,6 +101,112 @@ def test_a_hang_is_stopped_and_the_next_call_gets_a_fresh_worker(worker: Worker)
     assert time.monotonic() - started < 10
     assert worker.call(backend_name, timeout=30) == "cpu"
     assert worker.restarts == 1
+
+
+def worker_processes() -> dict[int, float]:
+    """Every worker's interpreter on this machine (not its sandbox's processes): its pid and CPU seconds so far."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except (OSError, NotADirectoryError):
+            continue
+        if b"autograder.isolation" in argv and b"bwrap" not in argv[0]:
+            user, system = stat.rsplit(")", 1)[1].split()[11:13]
+            found[int(entry.name)] = (int(user) + int(system)) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+@contextmanager
+def machine_stalls(after_cpu_seconds: float) -> Iterator[list[int]]:
+    """The machine stalling under a worker: the first worker that runs `after_cpu_seconds` from here on (from its
+    start, for one started later) is stopped (SIGSTOP: it makes no progress, as a process waiting in the kernel
+    does) and left so. Yields the pids stopped."""
+    seen = worker_processes()
+    stopped: list[int] = []
+    over = threading.Event()
+
+    def watch() -> None:
+        while not over.is_set() and not stopped:
+            for pid, cpu in worker_processes().items():
+                if cpu - seen.setdefault(pid, 0.0) >= after_cpu_seconds:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                    break
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield stopped
+    finally:
+        over.set()
+        watcher.join()
+
+
+def test_calls_held_up_by_a_stalled_machine_are_tried_again_in_a_fresh_worker(worker: Worker) -> None:
+    # A stall of the machine (the driver's lock while many CUDA contexts start, the kernel cleaning up the
+    # sandboxes' namespaces) holds a call up as long as a hang: it once gave two correct stages 'timeout' in a
+    # class. Confirmed, a call past its limit runs again in a fresh worker with twice the time, and so do the
+    # calls after it; the replies are all there, in order. Here the worker stalls in the middle of the second.
+    worker.call(burn, 0.0, timeout=30)  # started, this module imported there
+    with machine_stalls(after_cpu_seconds=0.6) as stopped:
+        replies = list(worker.call_each(burn, [(0.3,), (1.0,), (0.1,)], [2, 2, 2], confirm=True))
+    assert stopped and replies == [0.3, 1.0, 0.1]
+    assert worker.restarts == 1
+
+
+def test_a_call_past_its_limit_twice_is_a_hang_and_says_both_limits(worker: Worker) -> None:
+    worker.call(burn, 0.0, timeout=30)
+    started = time.monotonic()
+    with pytest.raises(KernelTimeout, match=r"1 s limit.*second try, in a fresh worker with 2 s, ran past its time"):
+        list(worker.call_each(burn, [(0.1,), (60.0,), (0.1,)], [1, 1, 1], confirm=True))
+    assert time.monotonic() - started < 20
+    assert worker.restarts == 1 and not worker.alive  # the second try's process was stopped too
+
+
+def test_a_worker_that_does_not_start_in_time_is_the_machines_trouble_not_a_kernels_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No student code runs while a worker starts: a start past its limit is the grader's failure (the stage is
+    # graded again by a later run), where a KernelTimeout would be the student's 'timeout'.
+    monkeypatch.setattr(isolation, "STARTUP_SECONDS", 1.0)
+    with Worker("cpu", readable=(TESTS,)) as worker, machine_stalls(after_cpu_seconds=0.0) as stopped:
+        with pytest.raises(StartTimeout, match="starting the backend ran past its 1 s limit") as caught:
+            list(worker.call_each(burn, [(0.1,)], [30], confirm=True))
+        assert stopped and not isinstance(caught.value, KernelTimeout) and not worker.alive
+        assert worker.call(burn, 0.1, timeout=30) == 0.1  # the machine well again, the next use starts it
+
+
+def test_a_stall_of_the_machine_during_a_students_cases_changes_no_verdict(tmp_path: Path) -> None:
+    # A stage whose every case keeps a core busy a while (thread 0 of block 0 counts), so the stall lands in
+    # the middle of its cases, each limited to 3 s: graded alone, and graded while the machine stalls under its
+    # worker for good, it gets the same statuses and messages.
+    # Imported here: a worker imports this module for the functions it runs, and a fresh one must start fast.
+    import nbformat
+
+    from autograder.grade import GradeOptions, grade_notebook
+    from autograder.notebook import kernel_cell
+    from autograder.records import Status
+    from autograder.references import reference_source
+
+    spin = "if (threadIdx.x == 0 && blockIdx.x == 0) { for (volatile unsigned long long k = 0; k < 20000000ull; " \
+           "k = k + 1) {} }\n    "
+    slow = reference_source("naive").text.replace("sdata[tid] = (i < n)", spin + "sdata[tid] = (i < n)", 1)
+    cells = [kernel_cell("naive", slow), kernel_cell("anti_divergence", reference_source("anti_divergence").text)]
+    notebook = tmp_path / "stalled.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), notebook)
+    options = GradeOptions(backend="cpu", seed=3, quick=True, measure_speed=False, case_seconds=3.0)
+
+    def graded() -> list[tuple[str, object, str]]:
+        return [(s.stage, s.status, s.message) for s in grade_notebook(notebook, "stalled", options).stages]
+
+    alone = graded()
+    with machine_stalls(after_cpu_seconds=1.0) as stopped:
+        stalled = graded()
+    assert stopped, "the stall never came: the stage's cases took less CPU than expected"
+    assert alone[0][1] is Status.CORRECT and stalled == alone
 
 
 def test_a_crash_is_a_fault_that_names_the_signal_and_keeps_the_output(worker: Worker) -> None:

@@ -77,7 +77,7 @@ def _cases(run: StudentRun, stage: Stage, checker: Worker, build: Build, cases: 
     block_size = run.rubric.block_size
     calls = [(build, case, block_size) for case in cases]
     try:
-        replies = checker.call_each(run_case, calls, [run.options.case_seconds] * len(calls))
+        replies = checker.call_each(run_case, calls, [run.options.case_seconds] * len(calls), confirm=True)
         for case, (value, found, wrong) in zip(cases, replies, strict=True):
             seen.append(found)
             if case.sampled:  # the CPU backend's own case, which a GPU cannot run

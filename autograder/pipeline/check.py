@@ -61,11 +61,12 @@ def _run_cases(
 ) -> Status:
     """Run `todo` in the student's worker, each judged into `cases` and its findings into `findings`: all in one
     message to the worker, each answered (and timed out) on its own. Ends at a hang or a crash, which is the
-    status; else CORRECT, whatever the cases' values."""
+    status; else CORRECT, whatever the cases' values. A hang is a case past its limit twice, the second time in a
+    fresh worker with twice the time (Worker.call_each): a stall of the machine is no student's timeout."""
     options, block_size = run.options, run.rubric.block_size
     limits = [options.case_seconds + options.per_element_seconds * case.count * (not case.sampled) for case in todo]
     replies = run.worker.call_each(
-        run_case, [(build, case, block_size) for case in todo], limits, budget=options.stage_seconds
+        run_case, [(build, case, block_size) for case in todo], limits, budget=options.stage_seconds, confirm=True
     )
     for case in todo:
         try:

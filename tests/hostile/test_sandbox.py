@@ -14,10 +14,12 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -259,6 +261,31 @@ def test_a_compiler_that_eats_memory_or_hangs_is_stopped_with_its_whole_process_
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", "sleep 9[78]"], capture_output=True, text=True).stdout
     assert left == ""
+
+
+def test_a_tool_held_up_by_a_stalled_machine_runs_again_and_a_hang_is_two_timeouts(tmp_path: Path) -> None:
+    # A stall of the machine holds a compiler up as long as a loop in it does: a compile that runs past its limit
+    # runs once more with twice the time, and only a second timeout is the answer (a compile timeout is a
+    # student's verdict). Here the machine stalls the tool's processes once, for good (SIGSTOP).
+    marker = f"stall-{os.getpid()}-{time.monotonic_ns()}"
+    stopped: list[int] = []
+
+    def stall_once() -> None:
+        deadline = time.monotonic() + 30
+        while not stopped and time.monotonic() < deadline:
+            found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+            if found:
+                os.killpg(os.getpgid(int(found[0])), signal.SIGSTOP)
+                stopped.append(int(found[0]))
+
+    staller = threading.Thread(target=stall_once)
+    staller.start()
+    script = f"x={marker}; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done"
+    result = Sandbox().run_tool(["sh", "-c", script], tmp_path, timeout=2)
+    staller.join()
+    assert stopped and result.returncode == 0 and result.stdout.strip() == "done"
+    with pytest.raises(KernelTimeout, match="1 s limit.*tried again with 2 s, it ran past that too"):
+        Sandbox().run_tool(["sh", "-c", "while :; do :; done"], tmp_path, timeout=1)
 
 
 def _hard_limits(text: str) -> dict[str, str]:
