@@ -50,6 +50,10 @@ LOG_TAIL_CHARS = 2000
 _DEVICES: dict[str, DeviceInfo] = {}
 
 
+class BudgetSpent(KernelTimeout):
+    """Calls sent together ran past the time they may take together (`Worker.call_each`'s budget)."""
+
+
 class Worker:
     """One isolated child process with a backend. Use as a context manager, or call `close`."""
 
@@ -126,11 +130,11 @@ class Worker:
         that call's error; a caller that stops taking results early stops the worker, whose next call starts a
         fresh one.
 
-        With `confirm`, the first limit that runs out (a call's or the budget) is confirmed before it is the answer:
-        the calls from the one it stopped are sent again, once, to a fresh child, that one with twice its time and
-        the budget afresh. A stall of the machine (the driver's lock while many CUDA contexts start or end, the
-        kernel's clean-up of the sandboxes' namespaces) holds a call up as long as a hang does; a limit that runs
-        out in the second try too is the answer."""
+        With `confirm`, a call past its own limit is confirmed before that is the answer: it and the calls after
+        it are sent again, once, to a fresh child, that call with twice its time, all still within `budget`
+        (never confirmed: it bounds what a kernel slowed on purpose costs). A stall of the machine (the driver's
+        lock while many CUDA contexts start or end, the kernel's clean-up of the sandboxes' namespaces) holds a
+        call up as long as a hang does; a call past its limit twice is a hang."""
         if not confirm:
             return self._calls(fn, calls, timeouts, many=True, budget=budget)
         return self._confirmed(fn, calls, timeouts, budget)
@@ -138,24 +142,31 @@ class Worker:
     def _confirmed(
         self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], timeouts: Sequence[float], budget: float | None
     ) -> Iterator[Any]:
+        self._ensure_started()  # the budget counts from the first call sent, as in `_calls`
+        deadline = None if budget is None else time.monotonic() + budget
         taken = 0
         try:
-            for value in self._calls(fn, calls, timeouts, many=True, budget=budget):
+            for value in self._calls(fn, calls, timeouts, many=True, budget=budget, deadline=deadline):
                 taken += 1
                 yield value
             return
+        except BudgetSpent:
+            raise
         except KernelTimeout as error:
             first, stopped = str(error), taken
         again = [2 * timeouts[taken], *timeouts[taken + 1 :]]
+        rest = calls[taken:]
         try:
-            for value in self._calls(fn, calls[taken:], again, many=True, budget=budget):
+            for value in self._calls(fn, rest, again, many=True, budget=budget, deadline=deadline, before=taken):
                 taken += 1
                 yield value
+        except BudgetSpent:
+            raise
         except KernelTimeout as error:
             if taken == stopped:
                 why = f"{first}; the second try, in a fresh worker with {again[0]:g} s, ran past its time too"
             else:
-                why = f"{error} (a second try, in a fresh worker, after: {first})"
+                why = f"{error} (in a second try, in a fresh worker, after: {first})"
             raise KernelTimeout(why) from None
 
     def _calls(
@@ -165,9 +176,14 @@ class Worker:
         timeouts: Sequence[float],
         many: bool,
         budget: float | None = None,
+        deadline: float | None = None,
+        before: int = 0,
     ) -> Iterator[Any]:
+        """The calls' replies. `budget` ends at `deadline` where one is given, else `budget` seconds after the calls
+        are sent; `before` of the calls it bounds were answered earlier."""
         self._ensure_started()
-        deadline = None if budget is None else time.monotonic() + budget
+        if deadline is None and budget is not None:
+            deadline = time.monotonic() + budget
         assert self._connection is not None and len(calls) == len(timeouts)
         self._output_from = self.log_size()
         self._connection.send((_importable(fn), list(calls) if many else calls[0], many))
@@ -183,9 +199,9 @@ class Worker:
                 except KernelTimeout:
                     over = True
                     if left < timeout:  # the calls' budget, not this call's own limit, ran out
-                        raise KernelTimeout(
-                            f"the {len(calls)} runs ran past the {budget:g} s they may take together and were stopped "
-                            f"after {taken} of them (a kernel far slower than it should be?)"
+                        raise BudgetSpent(
+                            f"the {before + len(calls)} runs ran past the {budget:g} s they may take together and were "
+                            f"stopped after {before + taken} of them (a kernel far slower than it should be?)"
                         ) from None
                     raise
                 except GraderError:

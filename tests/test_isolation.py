@@ -16,7 +16,7 @@ import pytest
 
 from autograder import isolation
 from autograder.errors import GraderError, KernelFault, KernelTimeout, StartTimeout
-from autograder.isolation import Worker
+from autograder.isolation import BudgetSpent, Worker
 from autograder.sandbox import Sandbox
 
 
@@ -104,25 +104,35 @@ def test_a_hang_is_stopped_and_the_next_call_gets_a_fresh_worker(worker: Worker)
 
 
 def worker_processes() -> dict[int, float]:
-    """Every worker's interpreter on this machine (not its sandbox's processes): its pid and CPU seconds so far."""
-    found = {}
+    """The interpreters of this process's workers (not their sandboxes' processes, nor any other grader's): each
+    one's pid and CPU seconds so far."""
+    parents, found = {}, {}
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-            stat = (entry / "stat").read_text()
-        except (OSError, NotADirectoryError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, NotADirectoryError, IndexError):
             continue
+        parents[int(entry.name)] = int(fields[1])
         if b"autograder.isolation" in argv and b"bwrap" not in argv[0]:
-            user, system = stat.rsplit(")", 1)[1].split()[11:13]
-            found[int(entry.name)] = (int(user) + int(system)) / os.sysconf("SC_CLK_TCK")
-    return found
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def ours(pid: int) -> bool:
+        while pid > 1 and pid != os.getpid():
+            pid = parents.get(pid, 0)
+        return pid == os.getpid()
+
+    return {pid: cpu for pid, cpu in found.items() if ours(pid)}
 
 
 @contextmanager
 def machine_stalls(after_cpu_seconds: float) -> Iterator[list[int]]:
-    """The machine stalling under a worker: the first worker that runs `after_cpu_seconds` from here on (from its
-    start, for one started later) is stopped (SIGSTOP: it makes no progress, as a process waiting in the kernel
-    does) and left so. Yields the pids stopped."""
+    """The machine stalling under a worker: the first worker that runs `after_cpu_seconds` more from here on (a
+    worker started later: from its start) is stopped (SIGSTOP: it makes no progress, as a process waiting in the
+    kernel does) and left so. Idle workers of earlier tests run nothing, and are left alone. Yields the pids
+    stopped."""
     seen = worker_processes()
     stopped: list[int] = []
     over = threading.Event()
@@ -130,7 +140,7 @@ def machine_stalls(after_cpu_seconds: float) -> Iterator[list[int]]:
     def watch() -> None:
         while not over.is_set() and not stopped:
             for pid, cpu in worker_processes().items():
-                if cpu - seen.setdefault(pid, 0.0) >= after_cpu_seconds:
+                if cpu - seen.setdefault(pid, 0.0) >= max(after_cpu_seconds, 0.01):
                     os.kill(pid, signal.SIGSTOP)
                     stopped.append(pid)
                     break
@@ -166,13 +176,28 @@ def test_a_call_past_its_limit_twice_is_a_hang_and_says_both_limits(worker: Work
     assert worker.restarts == 1 and not worker.alive  # the second try's process was stopped too
 
 
+def test_the_time_calls_may_take_together_is_not_tried_again(worker: Worker) -> None:
+    # The budget bounds what a kernel slowed on purpose just inside each case's limit costs a grading process: a
+    # second try would double it. It holds across a confirmed call's second try too.
+    worker.call(burn, 0.0, timeout=30)
+    started = time.monotonic()
+    with pytest.raises(BudgetSpent, match="the 10 runs ran past the 1.5 s they may take together"):
+        list(worker.call_each(burn, [(0.4,)] * 10, [5] * 10, budget=1.5, confirm=True))
+    assert time.monotonic() - started < 5 and worker.restarts == 0
+    # Stalled in its first call, tried again in a fresh worker: the second try has what is left of the 3 s, not
+    # 3 s afresh, and runs out of it.
+    with machine_stalls(after_cpu_seconds=0.3) as stopped, pytest.raises(BudgetSpent, match="the 2 runs ran past"):
+        list(worker.call_each(burn, [(1.6,), (0.01,)], [2, 2], budget=3, confirm=True))
+    assert stopped and worker.restarts == 2 and time.monotonic() - started < 20  # the first stop, then the stall
+
+
 def test_a_worker_that_does_not_start_in_time_is_the_machines_trouble_not_a_kernels_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # No student code runs while a worker starts: a start past its limit is the grader's failure (the stage is
     # graded again by a later run), where a KernelTimeout would be the student's 'timeout'.
     monkeypatch.setattr(isolation, "STARTUP_SECONDS", 1.0)
-    with Worker("cpu", readable=(TESTS,)) as worker, machine_stalls(after_cpu_seconds=0.0) as stopped:
+    with Worker("cpu", readable=(TESTS,)) as worker, machine_stalls(after_cpu_seconds=0.05) as stopped:
         with pytest.raises(StartTimeout, match="starting the backend ran past its 1 s limit") as caught:
             list(worker.call_each(burn, [(0.1,)], [30], confirm=True))
         assert stopped and not isinstance(caught.value, KernelTimeout) and not worker.alive
