@@ -91,3 +91,15 @@ def test_the_class_bench_says_why_a_stage_graded_differently_in_two_runs(capsys:
     assert out[0] == "distinct: grades on 2 GPUs DIFFER from "
     assert out[2:4] == [f"    max2d here: {timed_out}", "    max2d there: correct"]
     assert out[4:] == ["distinct: grades again equal "]  # the same grades, whatever each message says
+
+
+def test_a_build_for_the_cpu_analysis_starts_four_sandboxes_at_most() -> None:
+    # Compile, link, inspect (nm three times and objdump, in one sandbox) and addr2line: every sandbox takes the
+    # kernel's locks over namespaces while it starts, and a class of hundreds starts thousands.
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "build_sandboxes.py"), "--rounds", "1"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    runs = int(done.stdout.split(", ")[-1].split()[0])
+    assert 0 < runs <= 4 * len(REQUIRED_STAGE_IDS), done.stdout

@@ -365,15 +365,14 @@ def compile_kernel(
         linked = run([toolchain.compiler, "-shared", "checked.o", *link, *WRAPPED, "-o", "checked.so"])
         if linked.returncode != 0:
             raise _compile_error(linked.stderr, source)
-        libraries = [f"{name}.so" for name in files]
-        imports = _imports(run(["nm", "-D", "--undefined-only", *libraries]).stdout)
+        seen = _inspect(build, [f"{name}.so" for name in files], run)
+        imports = _imports(seen["undefined"])
         _refuse_forbidden_imports(imports)
         unchecked = sorted(name for name in imports if not CHECKED_IMPORT.match(name))
-        listing = ["nm", "--defined-only", "-S", "-p", "checked.so"]
-        objects = data_objects(run(listing).stdout, run([*listing, "-C"]).stdout)
+        objects = data_objects(seen["defined"], seen["demangled"])
         _refuse_zero_sized(objects)
         variables = device_variables(objects)
-        lines = _line_table(build / "checked.so", run)
+        lines = _line_table(seen["disassembly"], build / "checked.so", run)
         for name, path in files.items():
             _publish(build / f"{name}.so", path)
         hashes = _write_manifest(manifest, files, compiled[0].stderr, lines, unchecked, variables)
@@ -536,17 +535,34 @@ def build_shared_objects(
 _INSTRUCTION = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)")
 
 
-def _line_table(library: Path, run) -> dict[int, int]:
-    """Kernel-source lines of the runtime hooks' call sites in the instrumented build.
+# A build's libraries ("$@", the instrumented one first) inspected in one sandboxed run, not four (every sandbox
+# takes the kernel's locks over namespaces while it starts, and a class starts thousands): each tool's output in
+# a file of its own, read as data. objdump may fail (no line table then); nm may not.
+_INSPECT = (
+    'nm -D --undefined-only "$@" > undefined.txt && nm --defined-only -S -p "$1" > defined.txt'
+    ' && nm --defined-only -S -p -C "$1" > demangled.txt'
+    ' && { objdump -d --no-show-raw-insn "$1" > disassembly.txt || : > disassembly.txt; }'
+)
+_INSPECTED = ("undefined", "defined", "demangled", "disassembly")
+
+
+def _inspect(build: Path, libraries: list[str], run) -> dict[str, str]:
+    """What `_INSPECT` saw of `libraries` in `build`: the imports, the defined symbols plain and demangled, and the
+    instrumented library's disassembly, by name."""
+    result = run(["sh", "-c", _INSPECT, "sh", *libraries])
+    if result.returncode != 0:  # never skipped: the imports it lists are checked
+        raise BackendUnavailable(f"nm could not read the kernel's build: {result.stderr.strip()[-300:]}")
+    return {name: (build / f"{name}.txt").read_text(errors="replace") for name in _INSPECTED}
+
+
+def _line_table(disassembly: str, library: Path, run) -> dict[int, int]:
+    """Kernel-source lines of the runtime hooks' call sites in the instrumented build, from its `disassembly`.
 
     The runtime names a call site by its return address less one, relative to the library (see pc_offset in
     ag_runtime.cpp). Reading the table here, in the compile sandbox, spares the worker from starting tools.
     """
-    disassembly = run(["objdump", "-d", "--no-show-raw-insn", library.name])
-    if disassembly.returncode != 0:
-        return {}
     addresses: list[tuple[int, str]] = []
-    for raw in disassembly.stdout.splitlines():
+    for raw in disassembly.splitlines():
         match = _INSTRUCTION.match(raw)
         if match:
             addresses.append((int(match[1], 16), match[2]))
