@@ -176,16 +176,22 @@ class Sandbox:
         readable: Sequence[Path] = (),
     ) -> subprocess.CompletedProcess[str]:
         """Run a compiler (or another tool over student-derived files) in `workdir`, the only folder it may
-        write, within `timeout` seconds. Its whole process tree is killed on timeout, and it runs once more with
-        twice the time: a stall of the machine holds a compiler up as long as a loop, and only a second timeout
-        is the answer (the CPU time each of its processes may take, `limits`, is no wall clock)."""
+        write, within `timeout` seconds. Its whole process tree is killed on timeout. A tool that was mostly idle
+        when its time ran out was held up by the machine (a stall in the kernel, say), not busy with a student's
+        source: it runs once more, with twice the time, and only a second timeout is the answer. One that was
+        busy is not tried again, so a source made to keep the compiler busy costs its limit once, and the CPU
+        time each process may take (`limits`, more than `timeout`) never decides in its place."""
         try:
             return self._run_tool(argv, workdir, timeout, limits, readable)
-        except KernelTimeout as error:
-            try:
-                return self._run_tool(argv, workdir, 2 * timeout, limits, readable)
-            except KernelTimeout:
-                raise KernelTimeout(f"{error}; tried again with {2 * timeout:g} s, it ran past that too") from None
+        except ToolTimeout as error:
+            if error.busy_seconds >= timeout / 2:
+                raise
+            first = error
+        try:
+            return self._run_tool(argv, workdir, 2 * timeout, limits, readable)
+        except ToolTimeout:
+            again = f"{first}; it was mostly idle, so it ran again with {2 * timeout:g} s, and ran past that too"
+            raise ToolTimeout(again, 0.0) from None
 
     def _run_tool(
         self, argv: Sequence[str], workdir: Path, timeout: float, limits: Limits, readable: Sequence[Path]
@@ -207,8 +213,9 @@ class Sandbox:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            busy = _tree_cpu_seconds(process.pid)
             kill_group(process)
-            raise KernelTimeout(f"{Path(argv[0]).name} ran past its {timeout:g} s limit and was stopped") from None
+            raise ToolTimeout(f"{Path(argv[0]).name} ran past its {timeout:g} s limit and was stopped", busy) from None
         finally:
             kill_group(process)
         return subprocess.CompletedProcess(list(argv), process.returncode, out, err)
@@ -311,6 +318,36 @@ def _base_filter():  # -> pyseccomp.SyscallFilter
             rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
     rules.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
     return rules
+
+
+class ToolTimeout(KernelTimeout):
+    """A tool ran past its time, `busy_seconds` of CPU time in its processes still running then (with what
+    the ones they waited for took)."""
+
+    def __init__(self, message: str, busy_seconds: float) -> None:
+        super().__init__(message)
+        self.busy_seconds = busy_seconds
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """The CPU time of `root` and every process under it (/proc), with what their ended children took."""
+    parents, spent = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        spent[int(entry.name)] = sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+
+    def under(pid: int) -> bool:
+        while pid > 1 and pid != root:
+            pid = parents.get(pid, 0)
+        return pid == root
+
+    return sum(ticks for pid, ticks in spent.items() if under(pid)) / os.sysconf("SC_CLK_TCK")
 
 
 def kill_group(process: subprocess.Popen) -> None:
