@@ -156,6 +156,11 @@ class Worker:
             first, stopped = str(error), taken
         again = [2 * timeouts[taken], *timeouts[taken + 1 :]]
         rest = calls[taken:]
+        self._stop()  # fresh, even where the child itself answered with a timeout
+        started = time.monotonic()
+        self._ensure_started()
+        if deadline is not None:
+            deadline += time.monotonic() - started  # the budget is the calls', not the fresh child's start
         try:
             for value in self._calls(fn, rest, again, many=True, budget=budget, deadline=deadline, before=taken):
                 taken += 1

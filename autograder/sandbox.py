@@ -176,21 +176,22 @@ class Sandbox:
         readable: Sequence[Path] = (),
     ) -> subprocess.CompletedProcess[str]:
         """Run a compiler (or another tool over student-derived files) in `workdir`, the only folder it may
-        write, within `timeout` seconds. Its whole process tree is killed on timeout. A tool that was mostly idle
-        when its time ran out was held up by the machine (a stall in the kernel, say), not busy with a student's
-        source: it runs once more, with twice the time, and only a second timeout is the answer. One that was
-        busy is not tried again, so a source made to keep the compiler busy costs its limit once, and the CPU
-        time each process may take (`limits`, more than `timeout`) never decides in its place."""
+        write, within `timeout` seconds. Its whole process tree is killed on timeout. A tool that for most of its
+        time neither ran nor waited for a core was held up by the machine (a stall in the kernel, say), not kept
+        busy by a student's source: it runs once more, with twice the time, and only a second timeout is the
+        answer. One that ran, or waited its turn on a loaded machine, is not tried again: a source made to keep
+        the compiler busy costs its limit once, and the CPU time each process may take (`limits`, more than
+        `timeout`) never decides in its place."""
         try:
             return self._run_tool(argv, workdir, timeout, limits, readable)
         except ToolTimeout as error:
-            if error.busy_seconds >= timeout / 2:
+            if error.active_seconds >= timeout / 2:
                 raise
             first = error
         try:
             return self._run_tool(argv, workdir, 2 * timeout, limits, readable)
         except ToolTimeout:
-            again = f"{first}; it was mostly idle, so it ran again with {2 * timeout:g} s, and ran past that too"
+            again = f"{first}; it had been held up, so it ran again with {2 * timeout:g} s, and ran past that too"
             raise ToolTimeout(again, 0.0) from None
 
     def _run_tool(
@@ -213,9 +214,10 @@ class Sandbox:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            busy = _tree_cpu_seconds(process.pid)
+            active = _tree_active_seconds(process.pid)
             kill_group(process)
-            raise ToolTimeout(f"{Path(argv[0]).name} ran past its {timeout:g} s limit and was stopped", busy) from None
+            why = f"{Path(argv[0]).name} ran past its {timeout:g} s limit and was stopped"
+            raise ToolTimeout(why, active) from None
         finally:
             kill_group(process)
         return subprocess.CompletedProcess(list(argv), process.returncode, out, err)
@@ -321,33 +323,40 @@ def _base_filter():  # -> pyseccomp.SyscallFilter
 
 
 class ToolTimeout(KernelTimeout):
-    """A tool ran past its time, `busy_seconds` of CPU time in its processes still running then (with what
-    the ones they waited for took)."""
+    """A tool ran past its time, having run or waited for a core `active_seconds` of it (`_tree_active_seconds`)."""
 
-    def __init__(self, message: str, busy_seconds: float) -> None:
+    def __init__(self, message: str, active_seconds: float) -> None:
         super().__init__(message)
-        self.busy_seconds = busy_seconds
+        self.active_seconds = active_seconds
 
 
-def _tree_cpu_seconds(root: int) -> float:
-    """The CPU time of `root` and every process under it (/proc), with what their ended children took."""
-    parents, spent = {}, {}
+def _tree_active_seconds(root: int) -> float:
+    """How long `root` and the processes under it ran or waited for a core (/proc: each thread's schedstat; where
+    there is none, its CPU time), with the CPU time of the children they ended. A tree that did neither for
+    most of its time was stopped or blocked in the kernel: the machine held it up."""
+    parents, active = {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            ticks = [int(value) for value in fields[11:15]]  # utime, stime, cutime, cstime
+            try:
+                threads = [(task / "schedstat").read_text().split() for task in (entry / "task").iterdir()]
+                ran = sum(int(line[0]) + int(line[1]) for line in threads) / 1e9  # on a core, and waiting for one
+            except (OSError, IndexError, ValueError):
+                ran = (ticks[0] + ticks[1]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
             continue
         parents[int(entry.name)] = int(fields[1])
-        spent[int(entry.name)] = sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+        active[int(entry.name)] = ran + (ticks[2] + ticks[3]) / os.sysconf("SC_CLK_TCK")
 
     def under(pid: int) -> bool:
         while pid > 1 and pid != root:
             pid = parents.get(pid, 0)
         return pid == root
 
-    return sum(ticks for pid, ticks in spent.items() if under(pid)) / os.sysconf("SC_CLK_TCK")
+    return sum(seconds for pid, seconds in active.items() if under(pid))
 
 
 def kill_group(process: subprocess.Popen) -> None:

@@ -37,6 +37,7 @@ from autograder.errors import BackendUnavailable, CompileError, KernelFault, Ker
 from autograder.isolation import Worker
 from autograder.launch import Plan
 from autograder.records import Build, DeviceInfo, Finding, KernelSource, SourceLocation
+from autograder.references import reference_source
 from autograder.sandbox import Sandbox
 from autograder.stages import STAGES, Shape, get_stage
 
@@ -1246,3 +1247,15 @@ def test_a_class_builds_the_cpu_backend_before_its_processes_ask(
     toolchain = prepare_toolchain("ucontext", cache)  # a grading process
     assert set(precompiled_preludes(toolchain)) == {"fast", "checked"}
     assert _compiles(log) == made
+
+
+def test_a_build_too_large_to_inspect_is_the_kernels_compile_error(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Names spelled out can grow without bound (templates nested deep), so what nm writes of a build is limited;
+    # past the limit the build is the kernel's compile error, never the grader's failure. The limit is lowered
+    # here to what a reference kernel's imports already pass.
+    monkeypatch.setattr(compiler, "INSPECT_LIMITS", replace(compiler.INSPECT_LIMITS, file_bytes=64))
+    text = f"// {os.getpid()} too large\n{reference_source('naive').text}"
+    with pytest.raises(CompileError, match="too large to check: its symbols, listed, pass 64 bytes"):
+        compile_kernel(prepare_toolchain(cache=cache_dir), KernelSource(text), get_stage("naive"), Sandbox())

@@ -20,18 +20,19 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autograder.backends.cpu.rewrite import SHARED_MARKER, rewrite_source
 from autograder.errors import BackendUnavailable, CompileError
 from autograder.records import Build, CompilerMessage, KernelSource
-from autograder.sandbox import Sandbox
+from autograder.sandbox import COMPILE_LIMITS, Limits, Sandbox
 from autograder.stages import Shape, Stage
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
@@ -349,8 +350,8 @@ def compile_kernel(
             prelude = () if rewritten.preprocessed else prelude_flags(preludes.get(build, RUNTIME_DIR))
             return [toolchain.compiler, *BUILD_FLAGS[build], *prelude]
 
-        def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-            return sandbox.run_tool(argv, build, COMPILE_SECONDS, readable=readable)
+        def run(argv: list[str], limits: Limits = COMPILE_LIMITS) -> subprocess.CompletedProcess[str]:
+            return sandbox.run_tool(argv, build, COMPILE_SECONDS, limits, readable)
 
         # The two builds run side by side: the instrumented one compiles to an object first, because linking
         # with -fsanitize=thread would pull in the real ThreadSanitizer library.
@@ -544,12 +545,21 @@ _INSPECT = (
     ' && { objdump -d --no-show-raw-insn "$1" > disassembly.txt || : > disassembly.txt; }'
 )
 _INSPECTED = ("undefined", "defined", "demangled", "disassembly")
+# Each file at most this: a real kernel's are kilobytes, but names spelled out can grow without bound (templates
+# nested a dozen deep name hundreds of megabytes in a library of kilobytes).
+INSPECT_LIMITS = replace(COMPILE_LIMITS, file_bytes=32 << 20)
+_PAST_A_LIMIT = {128 + signal.SIGXFSZ, 128 + signal.SIGXCPU, 128 + signal.SIGKILL}
 
 
 def _inspect(build: Path, libraries: list[str], run) -> dict[str, str]:
     """What `_INSPECT` saw of `libraries` in `build`: the imports, the defined symbols plain and demangled, and the
-    instrumented library's disassembly, by name."""
-    result = run(["sh", "-c", _INSPECT, "sh", *libraries])
+    instrumented library's disassembly, by name. A build too large to inspect is the kernel's compile error."""
+    result = run(["sh", "-c", _INSPECT, "sh", *libraries], INSPECT_LIMITS)
+    if result.returncode in _PAST_A_LIMIT:
+        limit = INSPECT_LIMITS.file_bytes or 0
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+        summary = f"the compiled kernel is too large to check: its symbols, listed, pass {size} (deep templates?)"
+        raise CompileError(summary, (CompilerMessage("error", None, summary),), "")
     if result.returncode != 0:  # never skipped: the imports it lists are checked
         raise BackendUnavailable(f"nm could not read the kernel's build: {result.stderr.strip()[-300:]}")
     return {name: (build / f"{name}.txt").read_text(errors="replace") for name in _INSPECTED}
