@@ -330,33 +330,38 @@ class ToolTimeout(KernelTimeout):
         self.active_seconds = active_seconds
 
 
-def _tree_active_seconds(root: int) -> float:
-    """How long `root` and the processes under it ran or waited for a core (/proc: each thread's schedstat; where
-    there is none, its CPU time), with the CPU time of the children they ended. A tree that did neither for
-    most of its time was stopped or blocked in the kernel: the machine held it up."""
-    parents, active = {}, {}
+def processes_under(root: int) -> list[int]:
+    """`root` and every process started under it that is still there (/proc)."""
+    parents = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            ticks = [int(value) for value in fields[11:15]]  # utime, stime, cutime, cstime
-            try:
-                threads = [(task / "schedstat").read_text().split() for task in (entry / "task").iterdir()]
-                ran = sum(int(line[0]) + int(line[1]) for line in threads) / 1e9  # on a core, and waiting for one
-            except (OSError, IndexError, ValueError):
-                ran = (ticks[0] + ticks[1]) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        active[int(entry.name)] = ran + (ticks[2] + ticks[3]) / os.sysconf("SC_CLK_TCK")
+        if entry.name.isdigit():
+            with suppress(OSError, IndexError):
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
 
     def under(pid: int) -> bool:
         while pid > 1 and pid != root:
             pid = parents.get(pid, 0)
         return pid == root
 
-    return sum(seconds for pid, seconds in active.items() if under(pid))
+    return [pid for pid in parents if under(pid)]
+
+
+def _tree_active_seconds(root: int) -> float:
+    """How long `root` and the processes under it ran or waited for a core (/proc: each thread's schedstat; where
+    there is none, its CPU time), with the CPU time of the children they ended. A tree that did neither for
+    most of its time was stopped or blocked in the kernel: the machine held it up."""
+    tick = os.sysconf("SC_CLK_TCK")
+    active = 0.0
+    for pid in processes_under(root):
+        with suppress(OSError, IndexError, ValueError):
+            ticks = [int(value) for value in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
+            try:
+                threads = [(task / "schedstat").read_text().split() for task in Path(f"/proc/{pid}/task").iterdir()]
+                ran = sum(int(line[0]) + int(line[1]) for line in threads) / 1e9  # on a core, and waiting for one
+            except (OSError, IndexError, ValueError):
+                ran = (ticks[0] + ticks[1]) / tick  # utime and stime
+            active += ran + (ticks[2] + ticks[3]) / tick  # and cutime and cstime
+    return active
 
 
 def kill_group(process: subprocess.Popen) -> None:

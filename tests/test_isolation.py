@@ -17,7 +17,7 @@ import pytest
 from autograder import isolation
 from autograder.errors import GraderError, KernelFault, KernelTimeout, StartTimeout
 from autograder.isolation import BudgetSpent, Worker
-from autograder.sandbox import Sandbox
+from autograder.sandbox import Sandbox, processes_under
 
 
 def backend_name(backend) -> str:
@@ -106,25 +106,16 @@ def test_a_hang_is_stopped_and_the_next_call_gets_a_fresh_worker(worker: Worker)
 def worker_processes() -> dict[int, float]:
     """The interpreters of this process's workers (not their sandboxes' processes, nor any other grader's): each
     one's pid and CPU seconds so far."""
-    parents, found = {}, {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    found = {}
+    for pid in processes_under(os.getpid()):
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, NotADirectoryError, IndexError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
-        parents[int(entry.name)] = int(fields[1])
         if b"autograder.isolation" in argv and b"bwrap" not in argv[0]:
-            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def ours(pid: int) -> bool:
-        while pid > 1 and pid != os.getpid():
-            pid = parents.get(pid, 0)
-        return pid == os.getpid()
-
-    return {pid: cpu for pid, cpu in found.items() if ours(pid)}
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
 
 
 @contextmanager

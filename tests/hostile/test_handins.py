@@ -270,3 +270,21 @@ def test_a_kernel_slowed_just_inside_each_case_s_limit_runs_out_the_stage_s_time
     assert naive.status is Status.TIMEOUT
     assert "runs ran past the 3 s they may take together" in naive.message and naive.hint == TOO_SLOW
     assert stages["anti_divergence"].status is Status.CORRECT
+
+
+def test_a_kernel_whose_names_spell_out_to_hundreds_of_megabytes_is_its_stage_s_compile_error(tmp_path: Path) -> None:
+    # Templates nested twelve deep: a library of kilobytes whose names, spelled out, run to hundreds of megabytes
+    # (debug information, the symbols nm lists). Whichever file limit it meets first, compiling or checking the
+    # build, the stage does not compile; it is never the grader's failure, and the next stage is graded.
+    nest = "template <class... T> struct Nest {};\ntypedef Nest<int, int, int, int> L1;\n" + "".join(
+        f"typedef Nest<L{k}, L{k}, L{k}, L{k}> L{k + 1};\n" for k in range(1, 12)
+    ) + "template <class T> __device__ float pass(float x) { return x; }\n"
+    text = nest + reference_source("naive").text.replace(
+        "g_out[blockIdx.x] = sdata[0];", "g_out[blockIdx.x] = pass<L12>(sdata[0]);"
+    )
+    notebook = write_notebook(tmp_path / "nest.ipynb", naive_cell(text),
+                              kernel_cell("anti_divergence", reference_source("anti_divergence").text))
+    options = GradeOptions(backend="cpu", seed=3, quick=True, measure_speed=False)
+    stages = {stage.stage: stage for stage in grade_notebook(notebook, "nest", options).stages}
+    assert stages["naive"].status is Status.COMPILE_ERROR, stages["naive"].message
+    assert stages["anti_divergence"].status is Status.CORRECT
