@@ -29,6 +29,7 @@ import time
 import traceback
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,37 @@ _DEVICES: dict[str, DeviceInfo] = {}
 
 class BudgetSpent(KernelTimeout):
     """Calls sent together ran past the time they may take together (`Worker.call_each`'s budget)."""
+
+
+class _Budget:
+    """The time calls sent together may take (`Worker.call_each`'s budget), from the first sent: the time that is
+    no call's (a fresh worker's start, a wait for the GPU) moves its end on."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._ends: float | None = None
+
+    def start(self) -> None:
+        if self._ends is None:
+            self._ends = time.monotonic() + self.seconds
+
+    def left(self) -> float:
+        assert self._ends is not None
+        return self._ends - time.monotonic()
+
+    def move_on(self, since: float) -> None:
+        """Leave out of the budget the time from `since` until now."""
+        if self._ends is not None:
+            self._ends += time.monotonic() - since
+
+
+class CallTimeout(KernelTimeout):
+    """A call ran past its own limit. `active_seconds`: how long its worker's processes had run or waited for a
+    core, over their life, when it was stopped (autograder.sandbox.tree_active_seconds)."""
+
+    def __init__(self, message: str, active_seconds: float) -> None:
+        super().__init__(message)
+        self.active_seconds = active_seconds
 
 
 class Worker:
@@ -123,6 +155,7 @@ class Worker:
         timeouts: Sequence[float],
         budget: float | None = None,
         confirm: bool = False,
+        hold: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> Iterator[Any]:
         """`fn(backend, *args)` for each `args` of `calls` in turn, in one message to the child: each result as it
         comes, each within its own timeout (counted from the result before it), and all of them within `budget`
@@ -130,39 +163,53 @@ class Worker:
         that call's error; a caller that stops taking results early stops the worker, whose next call starts a
         fresh one.
 
+        With `hold` (the GPU's gate, shared), each call is sent in a message of its own, inside `hold()`, so that a
+        timing waits for one call to end, not for all of them; the waits for it count toward no limit.
+
         With `confirm`, a call past its own limit is confirmed before that is the answer: it and the calls after
         it are sent again, once, to a fresh child, that call with twice its time, all still within `budget`
         (never confirmed: it bounds what a kernel slowed on purpose costs). A stall of the machine (the driver's
         lock while many CUDA contexts start or end, the kernel's clean-up of the sandboxes' namespaces) holds a
-        call up as long as a hang does; a call past its limit twice is a hang."""
+        call up as long as a hang does; a call past its limit twice is a hang. On the CPU backend the kernel runs on
+        the worker's own cores, so there a call past its limit whose worker was busy is a hang at once
+        (`_kept_busy`)."""
+        limit = None if budget is None else _Budget(budget)
         if not confirm:
-            return self._calls(fn, calls, timeouts, many=True, budget=budget)
-        return self._confirmed(fn, calls, timeouts, budget)
+            return self._calls(fn, calls, timeouts, many=True, budget=limit, hold=hold)
+        return self._confirmed(fn, calls, timeouts, limit, hold)
 
     def _confirmed(
-        self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], timeouts: Sequence[float], budget: float | None
+        self,
+        fn: Callable[..., Any],
+        calls: Sequence[tuple[Any, ...]],
+        timeouts: Sequence[float],
+        budget: _Budget | None,
+        hold: Callable[[], AbstractContextManager[None]] | None,
     ) -> Iterator[Any]:
-        self._ensure_started()  # the budget counts from the first call sent, as in `_calls`
-        deadline = None if budget is None else time.monotonic() + budget
+        self._ensure_started()
+        sent = time.monotonic()
+        active = self._active_seconds()
         taken = 0
         try:
-            for value in self._calls(fn, calls, timeouts, many=True, budget=budget, deadline=deadline):
+            for value in self._calls(fn, calls, timeouts, many=True, budget=budget, hold=hold):
                 taken += 1
                 yield value
             return
         except BudgetSpent:
             raise
         except KernelTimeout as error:
+            if self._kept_busy(error, sent, active):
+                raise
             first, stopped = str(error), taken
         again = [2 * timeouts[taken], *timeouts[taken + 1 :]]
         rest = calls[taken:]
         self._stop()  # fresh, even where the child itself answered with a timeout
         started = time.monotonic()
         self._ensure_started()
-        if deadline is not None:
-            deadline += time.monotonic() - started  # the budget is the calls', not the fresh child's start
+        if budget is not None:
+            budget.move_on(started)  # the budget is the calls', not the fresh child's start
         try:
-            for value in self._calls(fn, rest, again, many=True, budget=budget, deadline=deadline, before=taken):
+            for value in self._calls(fn, rest, again, many=True, budget=budget, before=taken, hold=hold):
                 taken += 1
                 yield value
         except BudgetSpent:
@@ -174,54 +221,83 @@ class Worker:
                 why = f"{error} (in a second try, in a fresh worker, after: {first})"
             raise KernelTimeout(why) from None
 
+    def _active_seconds(self) -> float | None:
+        """How long the worker's processes ran or waited for a core so far, where it runs the CPU backend (the
+        only worker `_kept_busy` reads it of: it walks /proc)."""
+        if self._process is None or self._device is None or self._device.backend != "cpu":
+            return None
+        return sandboxing.tree_active_seconds(self._process.pid)
+
+    def _kept_busy(self, error: KernelTimeout, sent: float, active: float | None) -> bool:
+        """Whether a call past its limit kept its CPU-backend worker busy, running or waiting for a core, at least
+        half the time since the calls were sent (`active`: `_active_seconds` then). There the kernel runs on the
+        worker's own cores: a machine that holds the worker up stops it (a stall in the kernel, SIGSTOP), so a busy
+        worker is the kernel's own hang, which a second try would only make cost three times its limit. A GPU
+        worker waits for its GPU, where a stalled GPU and a hung kernel look alike: its timeouts are always tried
+        again."""
+        if active is None or not isinstance(error, CallTimeout):
+            return False
+        return error.active_seconds - active >= (time.monotonic() - sent) / 2
+
     def _calls(
         self,
         fn: Callable[..., Any],
         calls: Sequence[tuple[Any, ...]],
         timeouts: Sequence[float],
         many: bool,
-        budget: float | None = None,
-        deadline: float | None = None,
+        budget: _Budget | None = None,
         before: int = 0,
+        hold: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> Iterator[Any]:
-        """The calls' replies. `budget` ends at `deadline` where one is given, else `budget` seconds after the calls
-        are sent; `before` of the calls it bounds were answered earlier."""
+        """The calls' replies, within `budget` where one is given (counted from the first calls sent: a budget
+        passed on to a second try goes on); `before` of the calls it bounds were answered earlier. With `hold`,
+        each call is sent alone, inside `hold()`, and the waits for it count toward no limit."""
         self._ensure_started()
-        if deadline is None and budget is not None:
-            deadline = time.monotonic() + budget
-        assert self._connection is not None and len(calls) == len(timeouts)
-        self._output_from = self.log_size()
-        self._connection.send((_importable(fn), list(calls) if many else calls[0], many))
+        if budget is not None:
+            budget.start()
         what = getattr(fn, "__name__", "call")
         shape = typing.get_type_hints(fn).get("return", Any)
+        bound = before + len(calls)  # the calls the budget bounds, an earlier try's among them
+        messages = [range(len(calls))] if hold is None else [range(index, index + 1) for index in range(len(calls))]
         taken = 0
         over = False  # the child sends nothing more: it stopped at a call that raised, or it was stopped
         try:
-            for timeout in timeouts:
-                left = timeout if deadline is None else min(timeout, deadline - time.monotonic())
-                try:
-                    reply = self._receive(max(left, 0.0), what=what)
-                except KernelTimeout:
-                    over = True
-                    if left < timeout:  # the calls' budget, not this call's own limit, ran out
-                        raise BudgetSpent(
-                            f"the {before + len(calls)} runs ran past the {budget:g} s they may take together and were "
-                            f"stopped after {before + taken} of them (a kernel far slower than it should be?)"
-                        ) from None
-                    raise
-                except GraderError:
-                    over = True
-                    raise
-                try:
-                    value = check(shape, reply)
-                except WireError as error:
-                    self._stop()
-                    raise KernelFault(f"the worker sent an invalid reply to {what} ({error}): it was stopped") from None
-                taken += 1
-                yield value
+            for message in messages:
+                with _holding(hold, budget):
+                    assert self._connection is not None
+                    self._output_from = self.log_size()
+                    sent = [calls[index] for index in message]
+                    self._connection.send((_importable(fn), sent if many else sent[0], many))
+                    for index in message:
+                        try:
+                            value = self._reply(what, shape, timeouts[index], budget, before + taken, bound)
+                        except GraderError:
+                            over = True
+                            raise
+                        taken += 1
+                        yield value
         finally:
             if not over and taken < len(calls) and self._alive():
                 self._stop()  # replies still on their way would be read as a later call's
+
+    def _reply(self, what: str, shape: Any, timeout: float, budget: _Budget | None, answered: int, bound: int) -> Any:
+        """The next call's reply, within its `timeout` and what is left of `budget` (`answered` of the `bound`
+        calls it bounds, an earlier try's among them, were answered before it)."""
+        left = timeout if budget is None else min(timeout, budget.left())
+        try:
+            reply = self._receive(max(left, 0.0), what=what)
+        except KernelTimeout:
+            if budget is not None and left < timeout:  # the calls' budget, not this call's own limit, ran out
+                raise BudgetSpent(
+                    f"the {bound} runs ran past the {budget.seconds:g} s they may take together and were stopped "
+                    f"after {answered} of them (a kernel far slower than it should be?)"
+                ) from None
+            raise
+        try:
+            return check(shape, reply)
+        except WireError as error:
+            self._stop()
+            raise KernelFault(f"the worker sent an invalid reply to {what} ({error}): it was stopped") from None
 
     def close(self) -> None:
         self.shut_down()
@@ -319,8 +395,10 @@ class Worker:
         except (OSError, EOFError):
             ready = True  # the child closed its end: reading below finds out why
         if not ready:
+            active = sandboxing.tree_active_seconds(self._process.pid)
             self._stop()
-            raise KernelTimeout(f"{what} ran past its {timeout:g} s limit and was stopped (a hang or a spin-wait?)")
+            why = f"{what} ran past its {timeout:g} s limit and was stopped (a hang or a spin-wait?)"
+            raise CallTimeout(why, active)
         try:
             status, payload = decode_reply(self._connection.recv_bytes(MAX_REPLY_BYTES))
         except WireError as error:
@@ -357,6 +435,19 @@ class Worker:
             self._connection.close()
         self._process = None
         self._connection = None
+
+
+@contextmanager
+def _holding(hold: Callable[[], AbstractContextManager[None]] | None, budget: _Budget | None) -> Iterator[None]:
+    """Inside `hold()` where there is one (the GPU's gate), the wait for it left out of `budget`."""
+    if hold is None:
+        yield
+        return
+    asked = time.monotonic()
+    with hold():
+        if budget is not None:
+            budget.move_on(asked)  # waiting for the GPU is no call's time
+        yield
 
 
 def worker_kind(backend: str, options: dict[str, Any], sandbox: sandboxing.Sandbox, launcher: tuple[str, ...]) -> str:

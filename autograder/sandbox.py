@@ -214,7 +214,7 @@ class Sandbox:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            active = _tree_active_seconds(process.pid)
+            active = tree_active_seconds(process.pid)
             kill_group(process)
             why = f"{Path(argv[0]).name} ran past its {timeout:g} s limit and was stopped"
             raise ToolTimeout(why, active) from None
@@ -323,7 +323,7 @@ def _base_filter():  # -> pyseccomp.SyscallFilter
 
 
 class ToolTimeout(KernelTimeout):
-    """A tool ran past its time, having run or waited for a core `active_seconds` of it (`_tree_active_seconds`)."""
+    """A tool ran past its time, having run or waited for a core `active_seconds` of it (`tree_active_seconds`)."""
 
     def __init__(self, message: str, active_seconds: float) -> None:
         super().__init__(message)
@@ -346,7 +346,7 @@ def processes_under(root: int) -> list[int]:
     return [pid for pid in parents if under(pid)]
 
 
-def _tree_active_seconds(root: int) -> float:
+def tree_active_seconds(root: int) -> float:
     """How long `root` and the processes under it ran or waited for a core (/proc: each thread's schedstat; where
     there is none, its CPU time), with the CPU time of the children they ended. A tree that did neither for
     most of its time was stopped or blocked in the kernel: the machine held it up."""

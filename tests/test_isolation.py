@@ -40,6 +40,12 @@ def threads_and_environment(backend) -> tuple[int, tuple[str, ...]]:
     return len(os.listdir("/proc/self/task")), tuple(os.environ.get(name, "unset") for name in names)
 
 
+def sleep_then(backend, seconds: float) -> float:
+    """Wait `seconds` without running: as a worker held up by the machine does."""
+    time.sleep(seconds)
+    return seconds
+
+
 def burn(backend, seconds: float) -> float:
     """Keep a core busy for `seconds` of the worker's CPU time."""
     end = time.process_time() + seconds
@@ -158,13 +164,52 @@ def test_calls_held_up_by_a_stalled_machine_are_tried_again_in_a_fresh_worker(wo
     assert worker.restarts == 1
 
 
-def test_a_call_past_its_limit_twice_is_a_hang_and_says_both_limits(worker: Worker) -> None:
+def test_a_call_that_waits_past_its_limit_twice_is_a_hang_and_says_both_limits(worker: Worker) -> None:
+    # A worker that neither runs nor waits for a core may be held up by the machine: tried again, once.
     worker.call(burn, 0.0, timeout=30)
     started = time.monotonic()
     with pytest.raises(KernelTimeout, match=r"1 s limit.*second try, in a fresh worker with 2 s, ran past its time"):
-        list(worker.call_each(burn, [(0.1,), (60.0,), (0.1,)], [1, 1, 1], confirm=True))
+        list(worker.call_each(sleep_then, [(0.0,), (60.0,), (0.0,)], [1, 1, 1], confirm=True))
     assert time.monotonic() - started < 20
     assert worker.restarts == 1 and not worker.alive  # the second try's process was stopped too
+
+
+def test_a_cpu_worker_kept_busy_past_its_limit_is_a_hang_at_once(worker: Worker) -> None:
+    # On the CPU backend the kernel runs on the worker's own cores: busy past its limit (a spin that never ends)
+    # is the kernel's, not the machine's, and a second try would only make a hang cost three times its limit.
+    worker.call(burn, 0.0, timeout=30)
+    started = time.monotonic()
+    with pytest.raises(KernelTimeout, match="1 s limit") as caught:
+        list(worker.call_each(burn, [(0.1,), (60.0,), (0.1,)], [1, 1, 1], confirm=True))
+    assert "second try" not in str(caught.value) and time.monotonic() - started < 5
+    assert worker.restarts == 0 and not worker.alive
+    # Busy for most of the time since the calls were sent, over several calls: still the kernel's.
+    with pytest.raises(KernelTimeout, match="2 s limit") as caught:
+        list(worker.call_each(burn, [(0.9,), (0.9,), (60.0,)], [2, 2, 2], confirm=True))
+    assert "second try" not in str(caught.value) and worker.restarts == 1
+
+
+def test_calls_sent_with_a_hold_each_run_inside_one_of_their_own_and_its_waits_count_toward_no_limit(
+    worker: Worker,
+) -> None:
+    # The GPU's gate, shared by correctness runs: each case alone inside a hold, so that a timing waits for one
+    # case, not a stage's. A wait for the gate (another student's timing) is no kernel's time: four waits of
+    # 0.5 s do not spend a budget of 1 s that the calls themselves keep within.
+    worker.call(burn, 0.0, timeout=30)
+    events: list[str] = []
+
+    @contextmanager
+    def hold() -> Iterator[None]:
+        time.sleep(0.5)
+        events.append("held")
+        yield
+        events.append("let go")
+
+    replies = []
+    for reply in worker.call_each(burn, [(0.05,)] * 4, [30] * 4, budget=1.0, confirm=True, hold=hold):
+        replies.append(reply)
+        events.append("reply")
+    assert replies == [0.05] * 4 and events == ["held", "reply", "let go"] * 4 and worker.restarts == 0
 
 
 def test_the_time_calls_may_take_together_is_not_tried_again(worker: Worker) -> None:

@@ -7,6 +7,7 @@ the student's pipeline, which makes it the stage's verdict (autograder.pipeline.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from autograder.errors import KernelFault, KernelTimeout
 from autograder.pipeline.run import StudentRun
@@ -27,13 +28,12 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
     cases: list[CaseResult] = []
     findings: dict[tuple, Finding] = {}
     run.worker.start()  # a worker starts outside the GPU's gate, so a timing never waits for its start
-    with run.gate(exclusive=False):
-        todo = correctness_cases(stage, options.seed, quick=options.quick, block_size=block_size)
-        status = _run_cases(run, stage, build, todo, cases, findings)
-        if status is Status.CORRECT and all(case.passed for case in cases) and not run.on_gpu:
-            # The kernel the GPU times, at its size (a GPU run's CPU analysis runs it: pipeline.analyse).
-            at_scale = timing_case(stage, options.seed, run.rubric.timing.size_of(stage.shape))
-            status = _run_cases(run, stage, build, at_scale, cases, findings)
+    todo = correctness_cases(stage, options.seed, quick=options.quick, block_size=block_size)
+    status = _run_cases(run, stage, build, todo, cases, findings)
+    if status is Status.CORRECT and all(case.passed for case in cases) and not run.on_gpu:
+        # The kernel the GPU times, at its size (a GPU run's CPU analysis runs it: pipeline.analyse).
+        at_scale = timing_case(stage, options.seed, run.rubric.timing.size_of(stage.shape))
+        status = _run_cases(run, stage, build, at_scale, cases, findings)
     if status is Status.CORRECT and not all(case.passed for case in cases):
         status = Status.INCORRECT
     metrics = None
@@ -59,15 +59,17 @@ def check_stage(run: StudentRun, stage: Stage, build: Build) -> StageResult:
 def _run_cases(
     run: StudentRun, stage: Stage, build: Build, todo: list[Case], cases: list[CaseResult], findings: dict
 ) -> Status:
-    """Run `todo` in the student's worker, each judged into `cases` and its findings into `findings`: all in one
-    message to the worker, each answered (and timed out) on its own. Ends at a hang or a crash, which is the
-    status; else CORRECT, whatever the cases' values. A hang is a case past its limit twice, the second time in a
-    fresh worker with twice the time (Worker.call_each): a stall of the machine is no student's timeout."""
+    """Run `todo` in the student's worker, each judged into `cases` and its findings into `findings`: each case in
+    a hold of the GPU's gate of its own (shared with other correctness runs), so that a timing waits for one case
+    to end, not for a whole stage's; each answered (and timed out) on its own. Ends at a hang or a crash, which is
+    the status; else CORRECT, whatever the cases' values. A hang is a case past its limit twice, the second time
+    in a fresh worker with twice the time (Worker.call_each): a stall of the machine is no student's timeout. On
+    the CPU backend a case that kept its worker busy past its limit is a hang at once."""
     options, block_size = run.options, run.rubric.block_size
     limits = [options.case_seconds + options.per_element_seconds * case.count * (not case.sampled) for case in todo]
-    replies = run.worker.call_each(
-        run_case, [(build, case, block_size) for case in todo], limits, budget=options.stage_seconds, confirm=True
-    )
+    calls = [(build, case, block_size) for case in todo]
+    hold = partial(run.gate, exclusive=False)
+    replies = run.worker.call_each(run_case, calls, limits, budget=options.stage_seconds, confirm=True, hold=hold)
     for case in todo:
         try:
             value, seen, wrong = next(replies)
