@@ -28,7 +28,7 @@ import threading
 import time
 import traceback
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -78,12 +78,12 @@ class _Budget:
 
 
 class CallTimeout(KernelTimeout):
-    """A call ran past its own limit. `active_seconds`: how long its worker's processes had run or waited for a
-    core, over their life, when it was stopped (autograder.sandbox.tree_active_seconds)."""
+    """A call ran past its own limit. `busy`: its worker runs the CPU backend and ran on a core at least half the
+    time the grader waited for the call's reply (`Worker._receive`)."""
 
-    def __init__(self, message: str, active_seconds: float) -> None:
+    def __init__(self, message: str, busy: bool) -> None:
         super().__init__(message)
-        self.active_seconds = active_seconds
+        self.busy = busy
 
 
 class Worker:
@@ -114,6 +114,7 @@ class Worker:
         self._output_from = 0  # where in the output file the current call's (or start's) output begins
         self._starting = threading.Lock()
         self.restarts = 0
+        self._pids: tuple[int, ...] | None = None  # the processes of a started CPU-backend child (`_cpu_seconds`)
 
     def __enter__(self) -> Worker:
         return self
@@ -156,7 +157,7 @@ class Worker:
         budget: float | None = None,
         confirm: bool = False,
         hold: Callable[[], AbstractContextManager[None]] | None = None,
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         """`fn(backend, *args)` for each `args` of `calls` in turn, in one message to the child: each result as it
         comes, each within its own timeout (counted from the result before it), and all of them within `budget`
         seconds where one is given. The child stops at the first call that raises, and so does the iteration, with
@@ -172,7 +173,7 @@ class Worker:
         lock while many CUDA contexts start or end, the kernel's clean-up of the sandboxes' namespaces) holds a
         call up as long as a hang does; a call past its limit twice is a hang. On the CPU backend the kernel runs on
         the worker's own cores, so there a call past its limit whose worker was busy is a hang at once
-        (`_kept_busy`)."""
+        (`CallTimeout.busy`)."""
         limit = None if budget is None else _Budget(budget)
         if not confirm:
             return self._calls(fn, calls, timeouts, many=True, budget=limit, hold=hold)
@@ -185,10 +186,8 @@ class Worker:
         timeouts: Sequence[float],
         budget: _Budget | None,
         hold: Callable[[], AbstractContextManager[None]] | None,
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         self._ensure_started()
-        sent = time.monotonic()
-        active = self._active_seconds()
         taken = 0
         try:
             for value in self._calls(fn, calls, timeouts, many=True, budget=budget, hold=hold):
@@ -198,8 +197,8 @@ class Worker:
         except BudgetSpent:
             raise
         except KernelTimeout as error:
-            if self._kept_busy(error, sent, active):
-                raise
+            if isinstance(error, CallTimeout) and error.busy:
+                raise  # a hang: a second try would only make it cost three times its limit
             first, stopped = str(error), taken
         again = [2 * timeouts[taken], *timeouts[taken + 1 :]]
         rest = calls[taken:]
@@ -221,23 +220,13 @@ class Worker:
                 why = f"{error} (in a second try, in a fresh worker, after: {first})"
             raise KernelTimeout(why) from None
 
-    def _active_seconds(self) -> float | None:
-        """How long the worker's processes ran or waited for a core so far, where it runs the CPU backend (the
-        only worker `_kept_busy` reads it of: it walks /proc)."""
-        if self._process is None or self._device is None or self._device.backend != "cpu":
-            return None
-        return sandboxing.tree_active_seconds(self._process.pid)
-
-    def _kept_busy(self, error: KernelTimeout, sent: float, active: float | None) -> bool:
-        """Whether a call past its limit kept its CPU-backend worker busy, running or waiting for a core, at least
-        half the time since the calls were sent (`active`: `_active_seconds` then). There the kernel runs on the
-        worker's own cores: a machine that holds the worker up stops it (a stall in the kernel, SIGSTOP), so a busy
-        worker is the kernel's own hang, which a second try would only make cost three times its limit. A GPU
-        worker waits for its GPU, where a stalled GPU and a hung kernel look alike: its timeouts are always tried
-        again."""
-        if active is None or not isinstance(error, CallTimeout):
-            return False
-        return error.active_seconds - active >= (time.monotonic() - sent) / 2
+    def _cpu_seconds(self) -> float | None:
+        """How long the worker's processes ran on a core so far, where it runs the CPU backend: there the kernel
+        runs on the worker's own cores, so a worker held up by the machine (a stall in the kernel, SIGSTOP) runs
+        little, and a kernel that hangs keeps it running. A GPU worker waits for its GPU, where a stalled GPU and a
+        hung kernel look alike: None, as for a child starting. Its processes are found once, when it has started:
+        a started worker starts none."""
+        return None if self._pids is None else sandboxing.active_seconds(self._pids, waiting=False)
 
     def _calls(
         self,
@@ -248,7 +237,7 @@ class Worker:
         budget: _Budget | None = None,
         before: int = 0,
         hold: Callable[[], AbstractContextManager[None]] | None = None,
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         """The calls' replies, within `budget` where one is given (counted from the first calls sent: a budget
         passed on to a second try goes on); `before` of the calls it bounds were answered earlier. With `hold`,
         each call is sent alone, inside `hold()`, and the waits for it count toward no limit."""
@@ -260,25 +249,34 @@ class Worker:
         bound = before + len(calls)  # the calls the budget bounds, an earlier try's among them
         messages = [range(len(calls))] if hold is None else [range(index, index + 1) for index in range(len(calls))]
         taken = 0
-        over = False  # the child sends nothing more: it stopped at a call that raised, or it was stopped
+        pending = 0  # replies on their way: none where the child stopped at a call that raised, or was stopped
         try:
             for message in messages:
                 with _holding(hold, budget):
-                    assert self._connection is not None
-                    self._output_from = self.log_size()
-                    sent = [calls[index] for index in message]
-                    self._connection.send((_importable(fn), sent if many else sent[0], many))
+                    self._send(fn, [calls[index] for index in message], many, what)
+                    pending = len(message)
                     for index in message:
                         try:
                             value = self._reply(what, shape, timeouts[index], budget, before + taken, bound)
                         except GraderError:
-                            over = True
+                            pending = 0
                             raise
                         taken += 1
+                        pending -= 1
                         yield value
         finally:
-            if not over and taken < len(calls) and self._alive():
+            if pending and self._alive():
                 self._stop()  # replies still on their way would be read as a later call's
+
+    def _send(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]], many: bool, what: str) -> None:
+        """Send calls to the child. One that has died since its last reply (killed from outside, its memory run
+        out) is a fault, as where it dies during a call."""
+        assert self._connection is not None
+        self._output_from = self.log_size()
+        try:
+            self._connection.send((_importable(fn), calls if many else calls[0], many))
+        except OSError:
+            raise self._died(what) from None
 
     def _reply(self, what: str, shape: Any, timeout: float, budget: _Budget | None, answered: int, bound: int) -> Any:
         """The next call's reply, within its `timeout` and what is left of `budget` (`answered` of the `bound`
@@ -382,6 +380,8 @@ class Worker:
         try:
             self._connection.send((sys.path, self.backend_name, options))
             self._device = _DEVICES[self._kind()] = self._receive(STARTUP_SECONDS, what="starting the backend")
+            if self._device.backend == "cpu":  # its processes, all there now that it runs (`_cpu_seconds`)
+                self._pids = tuple(sandboxing.processes_under(self._process.pid))
         except BaseException as error:
             self._stop()  # a child that did not start is not left running: the next use starts it again
             if isinstance(error, KernelTimeout):
@@ -390,32 +390,38 @@ class Worker:
 
     def _receive(self, timeout: float, what: str) -> Any:
         assert self._connection is not None and self._process is not None
+        waited, ran = time.monotonic(), self._cpu_seconds()
         try:
             ready = self._connection.poll(timeout)
         except (OSError, EOFError):
             ready = True  # the child closed its end: reading below finds out why
         if not ready:
-            active = sandboxing.tree_active_seconds(self._process.pid)
+            busy = ran is not None and (self._cpu_seconds() or 0.0) - ran >= (time.monotonic() - waited) / 2
             self._stop()
             why = f"{what} ran past its {timeout:g} s limit and was stopped (a hang or a spin-wait?)"
-            raise CallTimeout(why, active)
+            raise CallTimeout(why, busy)
         try:
             status, payload = decode_reply(self._connection.recv_bytes(MAX_REPLY_BYTES))
         except WireError as error:
             self._stop()
             raise KernelFault(f"the worker sent an invalid reply during {what} ({error}): it was stopped") from None
         except (EOFError, OSError):
-            try:
-                code = self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                code = None
-            self._stop()
-            raise KernelFault(f"the worker died during {what}: {_describe_exit(code)}{self._log_tail()}") from None
+            raise self._died(what) from None
         if status == "error":
             if isinstance(payload, KernelFault):
                 self._stop()  # after a device fault (an illegal address is sticky) start clean
             raise payload
         return payload
+
+    def _died(self, what: str) -> KernelFault:
+        """The fault of a child that died during `what`, its end and its last output said; it is stopped."""
+        assert self._process is not None
+        try:
+            code = self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._stop()
+        return KernelFault(f"the worker died during {what}: {_describe_exit(code)}{self._log_tail()}")
 
     def _log_tail(self) -> str:
         """The end of what the worker printed during the call that failed (never an earlier call's: that may
@@ -435,6 +441,7 @@ class Worker:
             self._connection.close()
         self._process = None
         self._connection = None
+        self._pids = None
 
 
 @contextmanager

@@ -214,7 +214,7 @@ class Sandbox:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            active = tree_active_seconds(process.pid)
+            active = _tree_active_seconds(process.pid)
             kill_group(process)
             why = f"{Path(argv[0]).name} ran past its {timeout:g} s limit and was stopped"
             raise ToolTimeout(why, active) from None
@@ -323,7 +323,7 @@ def _base_filter():  # -> pyseccomp.SyscallFilter
 
 
 class ToolTimeout(KernelTimeout):
-    """A tool ran past its time, having run or waited for a core `active_seconds` of it (`tree_active_seconds`)."""
+    """A tool ran past its time, having run or waited for a core `active_seconds` of it (`_tree_active_seconds`)."""
 
     def __init__(self, message: str, active_seconds: float) -> None:
         super().__init__(message)
@@ -346,18 +346,23 @@ def processes_under(root: int) -> list[int]:
     return [pid for pid in parents if under(pid)]
 
 
-def tree_active_seconds(root: int) -> float:
-    """How long `root` and the processes under it ran or waited for a core (/proc: each thread's schedstat; where
-    there is none, its CPU time), with the CPU time of the children they ended. A tree that did neither for
-    most of its time was stopped or blocked in the kernel: the machine held it up."""
+def _tree_active_seconds(root: int) -> float:
+    """How long `root` and the processes under it ran or waited for a core (`active_seconds`). A tree that did
+    neither for most of its time was stopped or blocked in the kernel: the machine held it up."""
+    return active_seconds(processes_under(root), waiting=True)
+
+
+def active_seconds(pids: Sequence[int], waiting: bool) -> float:
+    """How long the processes `pids` ran on a core (with `waiting`, or waited for one) over their life (/proc: each
+    thread's schedstat; where there is none, its CPU time), with the CPU time of the children they ended."""
     tick = os.sysconf("SC_CLK_TCK")
     active = 0.0
-    for pid in processes_under(root):
+    for pid in pids:
         with suppress(OSError, IndexError, ValueError):
             ticks = [int(value) for value in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
             try:
                 threads = [(task / "schedstat").read_text().split() for task in Path(f"/proc/{pid}/task").iterdir()]
-                ran = sum(int(line[0]) + int(line[1]) for line in threads) / 1e9  # on a core, and waiting for one
+                ran = sum(int(line[0]) + waiting * int(line[1]) for line in threads) / 1e9
             except (OSError, IndexError, ValueError):
                 ran = (ticks[0] + ticks[1]) / tick  # utime and stime
             active += ran + (ticks[2] + ticks[3]) / tick  # and cutime and cstime

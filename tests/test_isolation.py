@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -44,6 +44,20 @@ def sleep_then(backend, seconds: float) -> float:
     """Wait `seconds` without running: as a worker held up by the machine does."""
     time.sleep(seconds)
     return seconds
+
+
+def burn_then_sleep(backend, burn: float, sleep: float) -> float:
+    """Keep a core busy `burn` seconds, then wait `sleep` seconds without running."""
+    end = time.process_time() + burn
+    while time.process_time() < end:
+        pass
+    time.sleep(sleep)
+    return burn + sleep
+
+
+def dies_after_its_reply(backend) -> None:
+    """Reply, then end a moment later (as a worker killed from outside, or by the machine's memory running out)."""
+    threading.Timer(0.2, os._exit, (1,)).start()
 
 
 def burn(backend, seconds: float) -> float:
@@ -210,6 +224,26 @@ def test_calls_sent_with_a_hold_each_run_inside_one_of_their_own_and_its_waits_c
         replies.append(reply)
         events.append("reply")
     assert replies == [0.05] * 4 and events == ["held", "reply", "let go"] * 4 and worker.restarts == 0
+
+
+def test_a_call_held_up_after_busy_calls_is_tried_again(worker: Worker) -> None:
+    # Busy is judged over the call that ran out of time alone: four calls that kept a core busy, then one that
+    # waited past its limit without running (held up), which gets its second try.
+    worker.call(burn, 0.0, timeout=30)
+    calls = [(0.9, 0.0)] * 4 + [(0.0, 3.0)]
+    replies = list(worker.call_each(burn_then_sleep, calls, [2] * 5, confirm=True))
+    assert replies == [0.9] * 4 + [3.0] and worker.restarts == 1
+
+
+def test_a_worker_that_dies_between_calls_sent_apart_is_a_fault(worker: Worker) -> None:
+    # Each call sent in a message of its own (a hold): a worker that died after its last reply is found when the
+    # next call is sent, a fault of the kernel that ran there (crashed), not the grader's broken pipe.
+    worker.call(burn, 0.0, timeout=30)
+    replies = worker.call_each(dies_after_its_reply, [(), ()], [30, 30], confirm=True, hold=nullcontext)
+    assert next(replies) is None
+    time.sleep(1.0)
+    with pytest.raises(KernelFault, match="the worker died during dies_after_its_reply"):
+        next(replies)
 
 
 def test_the_time_calls_may_take_together_is_not_tried_again(worker: Worker) -> None:

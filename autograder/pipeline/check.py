@@ -6,6 +6,7 @@ the student's pipeline, which makes it the stage's verdict (autograder.pipeline.
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import replace
 from functools import partial
 
@@ -70,20 +71,21 @@ def _run_cases(
     calls = [(build, case, block_size) for case in todo]
     hold = partial(run.gate, exclusive=False)
     replies = run.worker.call_each(run_case, calls, limits, budget=options.stage_seconds, confirm=True, hold=hold)
-    for case in todo:
-        try:
-            value, seen, wrong = next(replies)
-        except KernelTimeout as error:
-            cases.append(judge(stage, case, None, block_size, error=str(error)))
-            return Status.TIMEOUT
-        except KernelFault as error:
-            cases.append(judge(stage, case, None, block_size, error=str(error)))
-            collect(findings, error.findings)
-            # A deadlock the CPU backend sees at once is a kernel that never ends: a GPU waits at its limit.
-            return Status.TIMEOUT if error.deadlocked else Status.CRASHED
-        changed = next((f.message for f in seen if f.kind == "input_changed"), None)
-        cases.append(judge(stage, case, value, block_size, error=changed, wrong=wrong))
-        collect(findings, seen)
+    with closing(replies):  # its hold of the GPU's gate let go, whatever ends the cases
+        for case in todo:
+            try:
+                value, seen, wrong = next(replies)
+            except KernelTimeout as error:
+                cases.append(judge(stage, case, None, block_size, error=str(error)))
+                return Status.TIMEOUT
+            except KernelFault as error:
+                cases.append(judge(stage, case, None, block_size, error=str(error)))
+                collect(findings, error.findings)
+                # A deadlock the CPU backend sees at once is a kernel that never ends: a GPU waits at its limit.
+                return Status.TIMEOUT if error.deadlocked else Status.CRASHED
+            changed = next((f.message for f in seen if f.kind == "input_changed"), None)
+            cases.append(judge(stage, case, value, block_size, error=changed, wrong=wrong))
+            collect(findings, seen)
     return Status.CORRECT
 
 
