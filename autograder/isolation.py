@@ -187,7 +187,6 @@ class Worker:
         budget: _Budget | None,
         hold: Callable[[], AbstractContextManager[None]] | None,
     ) -> Generator[Any, None, None]:
-        self._ensure_started()
         taken = 0
         try:
             for value in self._calls(fn, calls, timeouts, many=True, budget=budget, hold=hold):

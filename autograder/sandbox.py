@@ -214,7 +214,7 @@ class Sandbox:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            active = _tree_active_seconds(process.pid)
+            active = active_seconds(processes_under(process.pid), waiting=True)
             kill_group(process)
             why = f"{Path(argv[0]).name} ran past its {timeout:g} s limit and was stopped"
             raise ToolTimeout(why, active) from None
@@ -323,7 +323,8 @@ def _base_filter():  # -> pyseccomp.SyscallFilter
 
 
 class ToolTimeout(KernelTimeout):
-    """A tool ran past its time, having run or waited for a core `active_seconds` of it (`_tree_active_seconds`)."""
+    """A tool ran past its time, its process tree having run or waited for a core `active_seconds` of it. A tree
+    that did neither for most of its time was stopped or blocked in the kernel: the machine held it up."""
 
     def __init__(self, message: str, active_seconds: float) -> None:
         super().__init__(message)
@@ -344,12 +345,6 @@ def processes_under(root: int) -> list[int]:
         return pid == root
 
     return [pid for pid in parents if under(pid)]
-
-
-def _tree_active_seconds(root: int) -> float:
-    """How long `root` and the processes under it ran or waited for a core (`active_seconds`). A tree that did
-    neither for most of its time was stopped or blocked in the kernel: the machine held it up."""
-    return active_seconds(processes_under(root), waiting=True)
 
 
 def active_seconds(pids: Sequence[int], waiting: bool) -> float:

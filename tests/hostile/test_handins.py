@@ -272,6 +272,23 @@ def test_a_kernel_slowed_just_inside_each_case_s_limit_runs_out_the_stage_s_time
     assert stages["anti_divergence"].status is Status.CORRECT
 
 
+def test_a_kernel_that_spins_for_ever_at_one_size_only_is_a_timeout_at_its_first_limit(tmp_path: Path) -> None:
+    # Correct at every size but one, where one thread spins for ever: on the CPU backend it keeps its worker busy,
+    # which a stall of the machine cannot, so its first limit is the verdict, with no second try (which would
+    # make it cost the grader three limits a stage), and the next stage is graded.
+    spin = "if (n == 1000u && threadIdx.x == 0) { for (volatile int k = 0; k >= 0; k = k | 1) {} }\n    "
+    text = reference_source("naive").text.replace("sdata[tid] = (i < n)", spin + "sdata[tid] = (i < n)", 1)
+    notebook = write_notebook(tmp_path / "spins.ipynb", naive_cell(text),
+                              kernel_cell("anti_divergence", reference_source("anti_divergence").text))
+    options = GradeOptions(backend="cpu", seed=3, quick=True, measure_speed=False, case_seconds=2.0)
+    stages = {stage.stage: stage for stage in grade_notebook(notebook, "spins", options).stages}
+    naive = stages["naive"]
+    assert naive.status is Status.TIMEOUT, naive.message
+    assert "n=1000" in naive.message and "ran past its 2.005 s limit" in naive.message, naive.message
+    assert "second try" not in naive.message
+    assert stages["anti_divergence"].status is Status.CORRECT
+
+
 def test_a_kernel_whose_names_spell_out_to_hundreds_of_megabytes_is_its_stage_s_compile_error(tmp_path: Path) -> None:
     # Templates nested twelve deep: a library of kilobytes whose names, spelled out, run to hundreds of megabytes
     # (debug information, the symbols nm lists). Whichever file limit it meets first, compiling or checking the
