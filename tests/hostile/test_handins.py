@@ -38,6 +38,14 @@ def naive_cell(kernel: str | None = None) -> nbformat.NotebookNode:
     return kernel_cell("naive", kernel or reference_source("naive").text)
 
 
+def graded_with_naive(folder: Path, naive: str, options: GradeOptions) -> dict:
+    """The stages of a notebook whose naive stage is `naive` and whose anti_divergence is the reference: each
+    stage's result by its name."""
+    notebook = write_notebook(folder / "handed_in.ipynb", naive_cell(naive),
+                              kernel_cell("anti_divergence", reference_source("anti_divergence").text))
+    return {stage.stage: stage for stage in grade_notebook(notebook, "student", options).stages}
+
+
 @pytest.fixture(scope="module")
 def hostile_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
     top = tmp_path_factory.mktemp("course")
@@ -262,10 +270,8 @@ def test_a_kernel_slowed_just_inside_each_case_s_limit_runs_out_the_stage_s_time
     spin = "if (threadIdx.x == 0 && blockIdx.x == 0) { for (volatile unsigned long long k = 0; k < 200000000ull; " \
            "k = k + 1) {} }\n    "
     text = reference_source("naive").text.replace("sdata[tid] = (i < n)", spin + "sdata[tid] = (i < n)", 1)
-    notebook = write_notebook(tmp_path / "slow.ipynb", naive_cell(text),
-                              kernel_cell("anti_divergence", reference_source("anti_divergence").text))
     options = GradeOptions(backend="cpu", seed=3, quick=True, measure_speed=False, stage_seconds=3.0)
-    stages = {stage.stage: stage for stage in grade_notebook(notebook, "slow", options).stages}
+    stages = graded_with_naive(tmp_path, text, options)
     naive = stages["naive"]
     assert naive.status is Status.TIMEOUT
     assert "runs ran past the 3 s they may take together" in naive.message and naive.hint == TOO_SLOW
@@ -278,10 +284,8 @@ def test_a_kernel_that_spins_for_ever_at_one_size_only_is_a_timeout_at_its_first
     # make it cost the grader three limits a stage), and the next stage is graded.
     spin = "if (n == 1000u && threadIdx.x == 0) { for (volatile int k = 0; k >= 0; k = k | 1) {} }\n    "
     text = reference_source("naive").text.replace("sdata[tid] = (i < n)", spin + "sdata[tid] = (i < n)", 1)
-    notebook = write_notebook(tmp_path / "spins.ipynb", naive_cell(text),
-                              kernel_cell("anti_divergence", reference_source("anti_divergence").text))
     options = GradeOptions(backend="cpu", seed=3, quick=True, measure_speed=False, case_seconds=2.0)
-    stages = {stage.stage: stage for stage in grade_notebook(notebook, "spins", options).stages}
+    stages = graded_with_naive(tmp_path, text, options)
     naive = stages["naive"]
     assert naive.status is Status.TIMEOUT, naive.message
     assert "n=1000" in naive.message and "ran past its 2.005 s limit" in naive.message, naive.message
@@ -299,9 +303,6 @@ def test_a_kernel_whose_names_spell_out_to_hundreds_of_megabytes_is_its_stage_s_
     text = nest + reference_source("naive").text.replace(
         "g_out[blockIdx.x] = sdata[0];", "g_out[blockIdx.x] = pass<L12>(sdata[0]);"
     )
-    notebook = write_notebook(tmp_path / "nest.ipynb", naive_cell(text),
-                              kernel_cell("anti_divergence", reference_source("anti_divergence").text))
-    options = GradeOptions(backend="cpu", seed=3, quick=True, measure_speed=False)
-    stages = {stage.stage: stage for stage in grade_notebook(notebook, "nest", options).stages}
+    stages = graded_with_naive(tmp_path, text, GradeOptions(backend="cpu", seed=3, quick=True, measure_speed=False))
     assert stages["naive"].status is Status.COMPILE_ERROR, stages["naive"].message
     assert stages["anti_divergence"].status is Status.CORRECT
